@@ -1,0 +1,92 @@
+"""padres: distributed content-based publish/subscribe.
+
+The public API: the message model, reading and writing PADRES text and the JSON wire format,
+and matching.
+"""
+
+from padres.batch import BatchReader, parse_batch
+from padres.errors import (
+    DecodeError,
+    DuplicateId,
+    InvalidMessage,
+    PadresError,
+    ParseError,
+    UnknownId,
+)
+from padres.matching import CompositeMatch, Matcher, MatchResult, filter_bindings, matches
+from padres.messages import (
+    Advertisement,
+    AllOf,
+    AnyOf,
+    CompositeSubscription,
+    Expression,
+    Filter,
+    Message,
+    Predicate,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+    Variable,
+    VarType,
+)
+from padres.operators import Op, Value
+from padres.parser import (
+    message_kind,
+    parse_advertisement,
+    parse_composite,
+    parse_filter,
+    parse_message,
+    parse_publication,
+    parse_subscription,
+)
+from padres.policy import CompositeLimits, Policy
+from padres.printer import format_batch_line, format_message
+from padres.reference import ReferenceMatcher
+from padres.wire import decode, encode
+
+__all__ = [
+    "Advertisement",
+    "AllOf",
+    "AnyOf",
+    "BatchReader",
+    "CompositeLimits",
+    "CompositeMatch",
+    "CompositeSubscription",
+    "DecodeError",
+    "DuplicateId",
+    "Expression",
+    "Filter",
+    "InvalidMessage",
+    "MatchResult",
+    "Matcher",
+    "Message",
+    "Op",
+    "PadresError",
+    "ParseError",
+    "Policy",
+    "Predicate",
+    "Publication",
+    "ReferenceMatcher",
+    "Subscription",
+    "Unadvertise",
+    "UnknownId",
+    "Unsubscribe",
+    "Value",
+    "VarType",
+    "Variable",
+    "decode",
+    "encode",
+    "filter_bindings",
+    "format_batch_line",
+    "format_message",
+    "matches",
+    "message_kind",
+    "parse_advertisement",
+    "parse_batch",
+    "parse_composite",
+    "parse_filter",
+    "parse_message",
+    "parse_publication",
+    "parse_subscription",
+]

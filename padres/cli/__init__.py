@@ -1,0 +1,43 @@
+"""The ``padres`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from padres.cli import bench, match, parse
+from padres.cli.inputs import CommandError
+from padres.errors import PadresError
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="padres",
+        description="Content-based publish/subscribe with Rete matching "
+        "and historic subscriptions.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parse.register(commands)
+    match.register(commands)
+    bench.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (CommandError, PadresError) as exc:
+        print(f"padres {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # output piped into head or the like: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return code

@@ -1,0 +1,5 @@
+import sys
+
+from padres.cli import main
+
+sys.exit(main())

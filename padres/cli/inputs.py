@@ -1,0 +1,53 @@
+"""Reading the command line's input files: paths, directories of ``*.txt`` and ``-`` for stdin."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["CommandError", "expand", "read_lines"]
+
+
+class CommandError(Exception):
+    """A problem with what the user asked for (a missing file, say), reported without a trace."""
+
+
+def expand(paths: Sequence[str]) -> list[str]:
+    """Each path as given, a directory replaced by its ``*.txt`` files in name order."""
+    out: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if raw != "-" and path.is_dir():
+            files = sorted(str(p) for p in path.glob("*.txt"))
+            if not files:
+                raise CommandError(f"{raw}: directory holds no .txt files")
+            out.extend(files)
+        else:
+            out.append(raw)
+    return out
+
+
+def read_lines(path: str) -> Iterator[str]:
+    """The lines of a UTF-8 text file (``-`` for standard input), with clear errors."""
+    try:
+        if path == "-":
+            yield from _checked(sys.stdin, "<stdin>")
+            return
+        with open(path, encoding="utf-8") as handle:
+            yield from _checked(handle, path)
+    except FileNotFoundError:
+        raise CommandError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CommandError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise CommandError(f"{path}: permission denied") from None
+
+
+def _checked(lines: Iterable[str], name: str) -> Iterator[str]:
+    lineno = 0
+    try:
+        for lineno, line in enumerate(lines, 1):  # noqa: B007 - lineno is read in the handler
+            yield line
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{name}: not UTF-8 text after line {lineno} ({exc.reason})") from None

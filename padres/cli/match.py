@@ -1,0 +1,165 @@
+"""``padres match``: which subscriptions each publication matches."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from padres.batch import BatchReader
+from padres.cli.inputs import CommandError, expand, read_lines
+from padres.engines import ENGINES, make_engine
+from padres.matching import CompositeMatch, MatchResult
+from padres.messages import CompositeSubscription, Publication, Subscription
+from padres.policy import CompositeLimits, Policy
+from padres.printer import format_message, format_value
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "match",
+        help="match publications against subscriptions",
+        description="For each publication, print the subscriptions it matches and the composite "
+        "subscriptions it completes (with their publications and bindings).",
+    )
+    p.add_argument("--subs", required=True, metavar="FILE", help="subscriptions (s / cs lines)")
+    p.add_argument(
+        "--pubs", required=True, nargs="+", metavar="FILE", help="publications; - for stdin"
+    )
+    p.add_argument("--engine", default="naive", choices=sorted(ENGINES), help="matching engine")
+    p.add_argument("--json", action="store_true", help="one JSON object per publication")
+    p.add_argument(
+        "--only-matches", action="store_true", help="skip publications that match nothing"
+    )
+    p.add_argument(
+        "--summary", action="store_true", help="print match counts per subscription instead"
+    )
+    p.add_argument(
+        "--policy", default=Policy.CONSUME_AND_REMAIN.value, choices=[x.value for x in Policy]
+    )
+    p.add_argument(
+        "--max-facts",
+        type=_positive(int),
+        default=CompositeLimits().max_facts,
+        help="per composite part",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive(float),
+        metavar="SECONDS",
+        help="forget composite parts older than this",
+    )
+    p.set_defaults(run=run)
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def convert(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return convert
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def load_subscriptions(path: str) -> list[Subscription | CompositeSubscription]:
+    subs: list[Subscription | CompositeSubscription] = []
+    for lineno, message in BatchReader().read(read_lines(path), path):
+        if not isinstance(message, Subscription | CompositeSubscription):
+            raise CommandError(
+                f"{path}:{lineno}: expected a subscription, found {type(message).__name__}"
+            )
+        subs.append(message)
+    return subs
+
+
+def publications(paths: list[str]) -> Iterator[tuple[str, Publication]]:
+    """``(file:line, publication)`` over every file, numbered p1, p2, ... across files."""
+    reader = BatchReader(timestamp=datetime.now(UTC))
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        for lineno, message in reader.read(read_lines(path), name):
+            if not isinstance(message, Publication):
+                raise CommandError(
+                    f"{name}:{lineno}: expected a publication, found {type(message).__name__}"
+                )
+            yield f"{name}:{lineno}", message
+
+
+def _composite_json(m: CompositeMatch) -> dict[str, Any]:
+    return {
+        "subscription": m.subscription_id,
+        "publications": [p.id for p in m.publications],
+        "bindings": dict(m.bindings),
+    }
+
+
+def _composite_text(m: CompositeMatch) -> str:
+    bindings = " ".join(f"{k}={format_value(v)}" for k, v in sorted(m.bindings.items()))
+    pubs = ",".join(p.id for p in m.publications)
+    return f"{m.subscription_id}[{pubs}]" + (f"{{{bindings}}}" if bindings else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    window = timedelta(seconds=args.window) if args.window else None
+    limits = CompositeLimits(Policy(args.policy), args.max_facts, window)
+    engine = make_engine(args.engine, limits)
+    subs = load_subscriptions(args.subs)
+    for sub in subs:
+        engine.add(sub)
+    order = {sub.id: i for i, sub in enumerate(subs)}
+    counts: Counter[str] = Counter()
+    total = 0
+    started = time.perf_counter()
+    out = sys.stdout
+    for source, pub in publications(expand(args.pubs)):
+        total += 1
+        result: MatchResult = engine.match(pub)
+        atomic = sorted(result.subscriptions, key=order.__getitem__)
+        composites = sorted(
+            result.composites,
+            key=lambda m: (order[m.subscription_id], [_natural(p.id) for p in m.publications]),
+        )
+        counts.update(atomic)
+        counts.update(m.subscription_id for m in composites)
+        if args.summary or (args.only_matches and not result):
+            continue
+        if args.json:
+            line = orjson.dumps(
+                {
+                    "publication": pub.id,
+                    "source": source,
+                    "subscriptions": atomic,
+                    "composites": [_composite_json(m) for m in composites],
+                }
+            ).decode()
+        else:
+            line = f"{pub.id} ({source}): " + (
+                " ".join(atomic + [_composite_text(m) for m in composites]) or "-"
+            )
+        out.write(line + "\n")
+    if args.summary:
+        elapsed = time.perf_counter() - started
+        rate = total / elapsed if elapsed else 0.0
+        print(
+            f"{total:,} publications matched against {len(subs)} subscriptions "
+            f"with engine {args.engine} in {elapsed:.2f} s ({rate:,.0f} per second)"
+        )
+        width = max((len(s.id) for s in subs), default=2)
+        for sub in subs:
+            print(f"  {sub.id:<{width}}  {counts[sub.id]:>9,}  {format_message(sub)}")
+    return 0

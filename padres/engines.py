@@ -1,0 +1,24 @@
+"""The matching engines a user can choose by name (``padres match --engine``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from padres.matching import Matcher
+from padres.policy import CompositeLimits
+from padres.reference import ReferenceMatcher
+
+__all__ = ["ENGINES", "make_engine"]
+
+ENGINES: Final[dict[str, Callable[[CompositeLimits], Matcher]]] = {
+    "naive": ReferenceMatcher,
+}
+
+
+def make_engine(name: str, limits: CompositeLimits | None = None) -> Matcher:
+    try:
+        factory = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r} (one of {', '.join(ENGINES)})") from None
+    return factory(limits or CompositeLimits())

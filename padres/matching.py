@@ -1,0 +1,89 @@
+"""What a matcher is and what it returns, and the meaning of one filter against one publication."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from padres.messages import CompositeSubscription, Filter, Publication, Subscription
+from padres.operators import NUMERIC, Value, evaluate
+
+__all__ = ["CompositeMatch", "MatchResult", "Matcher", "filter_bindings", "matches"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeMatch:
+    """A composite subscription completed by ``publications`` (one per part of the pattern)."""
+
+    subscription_id: str
+    publications: tuple[Publication, ...]
+    bindings: Mapping[str, Value]
+
+    def key(self) -> tuple[str, frozenset[str], tuple[tuple[str, Value], ...]]:
+        """Identity of the match: the same publications and bindings are one match."""
+        return (
+            self.subscription_id,
+            frozenset(p.id for p in self.publications),
+            tuple(sorted(self.bindings.items())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """What one publication matched: atomic subscription ids and completed composites."""
+
+    subscriptions: tuple[str, ...] = ()
+    composites: tuple[CompositeMatch, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.subscriptions or self.composites)
+
+
+class Matcher(Protocol):
+    """A set of subscriptions that publications are matched against, in arrival order."""
+
+    def add(self, subscription: Subscription | CompositeSubscription) -> None:
+        """Add a subscription; its id must be new (``DuplicateId`` otherwise)."""
+
+    def remove(self, subscription_id: str) -> None:
+        """Remove a subscription and its partial composite state (``UnknownId`` if absent)."""
+
+    def match(self, publication: Publication) -> MatchResult:
+        """Match the next publication of the stream."""
+
+
+def filter_bindings(
+    flt: Filter, pub: Publication, bound: Mapping[str, Value] | None = None
+) -> dict[str, Value] | None:
+    """The variable bindings under which ``pub`` satisfies ``flt``, or None if it does not.
+
+    ``bound`` holds bindings made by other parts; a variable already bound must see an equal
+    value. A variable with ``eq`` binds strings and booleans, with ``=`` numbers; its type prefix
+    narrows that further (``$S`` string, ``$I`` integer, ``$F`` any number).
+    """
+    attrs = pub.attributes
+    out = dict(bound) if bound else {}
+    for p in flt.predicates:
+        value = attrs.get(p.attribute)
+        if value is None:
+            return None
+        var = p.variable
+        if var is None:
+            if not evaluate(p.op, p.value, value):  # type: ignore[arg-type]
+                return None
+            continue
+        numeric = type(value) is int or type(value) is float
+        if numeric != (p.op in NUMERIC) or not var.accepts(value):
+            return None
+        previous = out.get(var.name)
+        if previous is None:
+            out[var.name] = value
+        elif previous != value:
+            return None
+    return out
+
+
+def matches(flt: Filter, pub: Publication) -> bool:
+    """Whether ``pub`` satisfies a filter without variables."""
+    return filter_bindings(flt, pub) is not None

@@ -1,0 +1,354 @@
+"""The message model: small immutable types that every layer converts into and out of.
+
+Every constructor checks the rules of the language and raises ``InvalidMessage`` naming what is
+wrong, so a message that exists is a valid one, however it was made (parsed, decoded, built).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final, TypeAlias
+
+from padres.errors import InvalidMessage
+from padres.operators import NUMERIC, Op, OperandKind, Value, operand_kind
+
+__all__ = [
+    "MAX_PATTERNS",
+    "Advertisement",
+    "AllOf",
+    "AnyOf",
+    "CompositeSubscription",
+    "Expression",
+    "Filter",
+    "Message",
+    "Predicate",
+    "Publication",
+    "Subscription",
+    "Unadvertise",
+    "Unsubscribe",
+    "VarType",
+    "Variable",
+    "check_value",
+]
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_ID: Final = re.compile(r"[^\s,\[\]{}()'\"]{1,256}")
+_INT64: Final = range(-(2**63), 2**63)
+MAX_PATTERNS: Final = 256
+"""A composite subscription may expand to at most this many alternative conjunctions."""
+
+
+def _check_name(name: object, what: str = "attribute name") -> str:
+    if type(name) is not str or not _NAME.fullmatch(name):
+        raise InvalidMessage(
+            f"invalid {what} {name!r}: use letters, digits, '_', '.', '-', "
+            "starting with a letter or '_'"
+        )
+    return name
+
+
+def _check_id(ident: object, what: str) -> str:
+    if type(ident) is not str or not _ID.fullmatch(ident):
+        raise InvalidMessage(
+            f"invalid {what} {ident!r}: 1 to 256 characters, no spaces, quotes, commas or brackets"
+        )
+    return ident
+
+
+def check_value(value: object, attribute: str) -> Value:
+    """Return ``value`` if it is a valid attribute value, else raise ``InvalidMessage``."""
+    t = type(value)
+    if t is str or t is bool:
+        return value  # type: ignore[return-value]
+    if t is int:
+        if value not in _INT64:
+            raise InvalidMessage(f"integer {value} of {attribute!r} does not fit in 64 bits")
+        return value  # type: ignore[return-value]
+    if t is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise InvalidMessage(f"value {value} of {attribute!r} is not a finite number")
+        return value  # type: ignore[return-value]
+    raise InvalidMessage(
+        f"value of {attribute!r} must be a string, integer, float or boolean, not {t.__name__}"
+    )
+
+
+class VarType(StrEnum):
+    """The type prefix of a variable: ``$X`` (any), ``$S$X``, ``$I$X``, ``$F$X``."""
+
+    ANY = ""
+    STRING = "S"
+    INTEGER = "I"
+    FLOAT = "F"
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A variable of a composite subscription; it binds to an attribute's value."""
+
+    name: str
+    type: VarType = VarType.ANY
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "variable name")
+
+    def __str__(self) -> str:
+        prefix = f"${self.type.value}" if self.type is not VarType.ANY else ""
+        return f"{prefix}${self.name}"
+
+    def accepts(self, value: Value) -> bool:
+        """Whether a value of this type may be bound (the operator's type is checked apart)."""
+        if self.type is VarType.STRING:
+            return type(value) is str
+        if self.type is VarType.INTEGER:
+            return type(value) is int
+        if self.type is VarType.FLOAT:
+            return type(value) is float or type(value) is int
+        return True
+
+
+_VARIABLE_OPS: Final = {
+    Op.EQ: frozenset({VarType.ANY, VarType.STRING}),
+    Op.EQ_NUM: frozenset({VarType.ANY, VarType.INTEGER, VarType.FLOAT}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """``[attribute, op, value]``; ``value`` is None for ``isPresent`` and may be a Variable."""
+
+    attribute: str
+    op: Op
+    value: Value | Variable | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.attribute)
+        if not isinstance(self.op, Op):
+            raise InvalidMessage(f"unknown operator {self.op!r}")
+        kind = operand_kind(self.op)
+        value = self.value
+        if kind is OperandKind.NONE:
+            if value is not None:
+                object.__setattr__(self, "value", None)  # PADRES writes a dummy value; drop it
+            return
+        if value is None:
+            raise InvalidMessage(f"operator {self.op} of {self.attribute!r} needs a value")
+        if isinstance(value, Variable):
+            allowed = _VARIABLE_OPS.get(self.op)
+            if allowed is None:
+                raise InvalidMessage(
+                    f"variable {value} of {self.attribute!r} needs operator eq or =, not {self.op}"
+                )
+            if value.type not in allowed:
+                raise InvalidMessage(
+                    f"variable {value} does not fit operator {self.op} of {self.attribute!r}"
+                )
+            return
+        check_value(value, self.attribute)
+        if kind is OperandKind.NUMBER:
+            ok = type(value) is int or type(value) is float
+        elif kind is OperandKind.STRING:
+            ok = type(value) is str
+        else:
+            ok = type(value) is str or type(value) is bool
+        if not ok:
+            raise InvalidMessage(
+                f"operator {self.op} of {self.attribute!r} takes a {kind.value}, "
+                f"not {type(value).__name__} {value!r}"
+            )
+
+    @property
+    def variable(self) -> Variable | None:
+        return self.value if isinstance(self.value, Variable) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A conjunction of predicates, one of them ``[class, eq, '<name>']``."""
+
+    predicates: tuple[Predicate, ...]
+
+    def __post_init__(self) -> None:
+        if not self.predicates:
+            raise InvalidMessage("a filter needs at least one predicate")
+        classes = [p for p in self.predicates if p.attribute == "class"]
+        if len(classes) != 1 or classes[0].op is not Op.EQ or type(classes[0].value) is not str:
+            raise InvalidMessage("a filter needs exactly one class predicate, [class,eq,'<name>']")
+
+    @property
+    def class_name(self) -> str:
+        for p in self.predicates:
+            if p.attribute == "class":
+                return p.value  # type: ignore[return-value]
+        raise AssertionError("unreachable: checked at construction")
+
+    @property
+    def variables(self) -> frozenset[Variable]:
+        return frozenset(p.value for p in self.predicates if isinstance(p.value, Variable))
+
+
+def _constant_filter(flt: Filter, what: str) -> Filter:
+    if flt.variables:
+        raise InvalidMessage(
+            f"variables such as {min(map(str, flt.variables))} belong only in "
+            f"composite subscriptions, not in {what}"
+        )
+    return flt
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    id: str
+    filter: Filter
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "subscription id")
+        _constant_filter(self.filter, "a subscription")
+
+
+@dataclass(frozen=True, slots=True)
+class Advertisement:
+    id: str
+    filter: Filter
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "advertisement id")
+        _constant_filter(self.filter, "an advertisement")
+
+
+@dataclass(frozen=True, slots=True)
+class AllOf:
+    """``a & b & ...``: every part must match, each by a different publication."""
+
+    parts: tuple[Expression, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.parts) < 2:
+            raise InvalidMessage("'&' joins at least two parts")
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """``a || b || ...``: one part must match."""
+
+    parts: tuple[Expression, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.parts) < 2:
+            raise InvalidMessage("'||' joins at least two parts")
+
+
+Expression: TypeAlias = Filter | AllOf | AnyOf
+
+
+def _leaves(expr: Expression) -> Iterator[Filter]:
+    if isinstance(expr, Filter):
+        yield expr
+    else:
+        for part in expr.parts:
+            yield from _leaves(part)
+
+
+def _patterns(expr: Expression, first: int = 0) -> tuple[list[tuple[int, ...]], int]:
+    """Disjunctive normal form over leaf numbers; also returns the next free leaf number."""
+    if isinstance(expr, Filter):
+        return [(first,)], first + 1
+    out: list[tuple[int, ...]] = [] if isinstance(expr, AnyOf) else [()]
+    for part in expr.parts:
+        sub, first = _patterns(part, first)
+        out = out + sub if isinstance(expr, AnyOf) else [c + p for c in out for p in sub]
+        if len(out) > MAX_PATTERNS:
+            raise InvalidMessage(
+                f"composite subscription expands to more than {MAX_PATTERNS} alternatives"
+            )
+    return out, first
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeSubscription:
+    """Atomic filters combined with ``&`` and ``||``; variables bind equal values across parts.
+
+    ``filters`` lists the atomic parts in the order written; ``patterns`` is the expression in
+    disjunctive normal form, each pattern a tuple of indices into ``filters``. A match is a set of
+    distinct publications, one per filter of one pattern, whose variable bindings agree.
+    """
+
+    id: str
+    expression: Expression
+    filters: tuple[Filter, ...] = field(init=False, repr=False, compare=False)
+    patterns: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "subscription id")
+        filters = tuple(_leaves(self.expression))
+        seen: dict[str, tuple[VarType, bool]] = {}
+        for leaf in filters:
+            for p in leaf.predicates:
+                var = p.variable
+                if var is None:
+                    continue
+                kind = (var.type, p.op in NUMERIC)
+                if seen.setdefault(var.name, kind) != kind:
+                    raise InvalidMessage(
+                        f"variable ${var.name} is used with different types or operators"
+                    )
+        object.__setattr__(self, "filters", filters)
+        object.__setattr__(self, "patterns", tuple(_patterns(self.expression)[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """An attribute/value set with a mandatory string ``class``, and a header."""
+
+    id: str
+    attributes: Mapping[str, Value]
+    timestamp: datetime
+    publisher: str = ""
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "publication id")
+        if self.publisher:
+            _check_id(self.publisher, "publisher id")
+        if self.timestamp.tzinfo is None:
+            raise InvalidMessage("publication timestamp must carry a time zone")
+        attrs = dict(self.attributes)
+        for name, value in attrs.items():
+            _check_name(name)
+            check_value(value, name)
+        if type(attrs.get("class")) is not str:
+            raise InvalidMessage("a publication needs a string class: [class,'<name>']")
+        object.__setattr__(self, "attributes", MappingProxyType(attrs))
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def class_name(self) -> str:
+        return self.attributes["class"]  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    subscription_id: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.subscription_id, "subscription id")
+
+
+@dataclass(frozen=True, slots=True)
+class Unadvertise:
+    advertisement_id: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.advertisement_id, "advertisement id")
+
+
+Message: TypeAlias = (
+    Publication | Subscription | Advertisement | CompositeSubscription | Unsubscribe | Unadvertise
+)

@@ -1,0 +1,37 @@
+"""How composite subscriptions keep and use partial matches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+__all__ = ["CompositeLimits", "Policy"]
+
+
+class Policy(StrEnum):
+    """What happens to publications once they complete a composite match."""
+
+    CONSUME_AND_REMAIN = "consume-and-remain"
+    """They stay and may complete further matches (PADRES' only policy; the default)."""
+    CONSUME = "consume"
+    """They are used once: a match forgets the publications that completed it."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeLimits:
+    """Bounds on the partial state of each composite subscription.
+
+    ``max_facts`` publications at most per part (the oldest are evicted first); with ``window``
+    set, none whose timestamp is older than the newest timestamp seen minus ``window``.
+    """
+
+    policy: Policy = Policy.CONSUME_AND_REMAIN
+    max_facts: int = 10_000
+    window: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_facts < 1:
+            raise ValueError("max_facts must be at least 1")
+        if self.window is not None and self.window <= timedelta(0):
+            raise ValueError("window must be positive")
