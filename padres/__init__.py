@@ -30,7 +30,6 @@ from padres.messages import (
     Variable,
     VarType,
 )
-from padres.operators import Op, Value
 from padres.parser import (
     message_kind,
     parse_advertisement,
@@ -40,10 +39,11 @@ from padres.parser import (
     parse_publication,
     parse_subscription,
 )
-from padres.policy import CompositeLimits, Policy
 from padres.printer import format_batch_line, format_message
 from padres.reference import ReferenceMatcher
 from padres.wire import decode, encode
+from rete.limits import CompositeLimits, Policy
+from rete.operators import Op, Value
 
 __all__ = [
     "Advertisement",

@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from padres.experta_engine import ExpertaMatcher
 from padres.matching import Matcher
-from padres.policy import CompositeLimits
 from padres.reference import ReferenceMatcher
+from padres.rete_engine import ReteMatcher
+from rete.limits import CompositeLimits
 
 __all__ = ["ENGINES", "make_engine"]
 
 ENGINES: Final[dict[str, Callable[[CompositeLimits], Matcher]]] = {
     "naive": ReferenceMatcher,
+    "rete": ReteMatcher,
+    "experta": ExpertaMatcher,
 }
 
 

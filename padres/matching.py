@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from padres.messages import CompositeSubscription, Filter, Publication, Subscription
-from padres.operators import NUMERIC, Value, evaluate
+from rete.operators import NUMERIC, Value, evaluate
 
 __all__ = ["CompositeMatch", "MatchResult", "Matcher", "filter_bindings", "matches"]
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Final, TypeAlias
 
 from padres.errors import InvalidMessage
-from padres.operators import NUMERIC, Op, OperandKind, Value, operand_kind
+from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 
 __all__ = [
     "MAX_PATTERNS",

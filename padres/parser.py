@@ -38,7 +38,7 @@ from padres.messages import (
     VarType,
     check_value,
 )
-from padres.operators import Op, Value
+from rete.operators import Op, Value
 
 __all__ = [
     "message_kind",

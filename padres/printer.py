@@ -18,7 +18,7 @@ from padres.messages import (
     Unsubscribe,
     Variable,
 )
-from padres.operators import Op, Value
+from rete.operators import Op, Value
 
 __all__ = ["format_batch_line", "format_message", "format_value"]
 

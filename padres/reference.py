@@ -24,8 +24,8 @@ from datetime import datetime
 from padres.errors import DuplicateId, UnknownId
 from padres.matching import CompositeMatch, MatchResult, filter_bindings, matches
 from padres.messages import CompositeSubscription, Publication, Subscription
-from padres.operators import Value
-from padres.policy import CompositeLimits, Policy
+from rete.limits import CompositeLimits, Policy
+from rete.operators import Value
 
 __all__ = ["ReferenceMatcher"]
 

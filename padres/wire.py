@@ -43,7 +43,7 @@ from padres.messages import (
     Variable,
     VarType,
 )
-from padres.operators import Op
+from rete.operators import Op
 
 __all__ = ["MAX_MESSAGE_BYTES", "VERSION", "decode", "encode", "from_dict", "to_dict"]
 

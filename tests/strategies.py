@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 from hypothesis import strategies as st
@@ -18,9 +19,15 @@ from padres.messages import (
     Variable,
     VarType,
 )
-from padres.operators import NUMERIC, Op, OperandKind, Value, operand_kind
+from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def scaled(examples: int) -> int:
+    """Example counts times ``$PADRES_HYPOTHESIS_SCALE`` (default 1), for thorough runs."""
+    return examples * int(os.environ.get("PADRES_HYPOTHESIS_SCALE", "1"))
+
 
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,8}", fullmatch=True).filter(
     lambda n: n != "class"
@@ -95,6 +102,7 @@ __all__ = [
     "filters",
     "predicates",
     "publications",
+    "scaled",
     "subscriptions",
     "values",
 ]

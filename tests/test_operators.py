@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from padres.operators import Op, Value, evaluate
+from rete.operators import Op, Value, evaluate
 
 CASES: list[tuple[Op, Value | None, Value, bool]] = [
     # numeric operators compare ints and floats by value; never strings or booleans

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from padres.errors import ParseError
 from padres.messages import AllOf, AnyOf, CompositeSubscription, Filter, Publication, VarType
-from padres.operators import Op
 from padres.parser import (
     _fast_attributes,
     _Parser,
@@ -22,6 +21,7 @@ from padres.parser import (
 )
 from padres.printer import format_message
 from padres.wire import encode
+from rete.operators import Op
 from tests.strategies import NOW, composites, publications, subscriptions
 
 

@@ -11,8 +11,8 @@ from padres.errors import DuplicateId, UnknownId
 from padres.matching import MatchResult
 from padres.messages import Publication
 from padres.parser import parse_composite, parse_publication, parse_subscription
-from padres.policy import CompositeLimits, Policy
 from padres.reference import ReferenceMatcher
+from rete.limits import CompositeLimits, Policy
 from tests.strategies import NOW
 
 _ids = count(1)

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from padres.bench import parse
+from padres.bench import match, parse
 
 
 def register(commands: Any) -> None:
@@ -22,9 +22,25 @@ def register(commands: Any) -> None:
     b.add_argument("--limit", type=int, help="use only the first N lines")
     b.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     b.set_defaults(run=run_parse)
+    m = benches.add_parser("match", help="Rete engine against the naive scan")
+    m.add_argument("--workload", choices=match.WORKLOADS, default="stock")
+    m.add_argument("--subs", type=int, help="subscriptions (default: 200,000 / 1,000,000 / 10,000)")
+    m.add_argument("--pubs", type=int, help="publications timed (default: 2,000 / 500 / 100,000)")
+    m.add_argument("--seed", type=int, default=1)
+    m.add_argument(
+        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
+    )
+    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    m.set_defaults(run=run_match)
 
 
 def run_parse(args: argparse.Namespace) -> int:
     result = parse.run(args.data, args.repeat, args.limit)
     print(orjson.dumps(result).decode() if args.json else parse.report(result))
+    return 0
+
+
+def run_match(args: argparse.Namespace) -> int:
+    result = match.run(args.workload, args.subs, args.pubs, args.seed, args.data)
+    print(orjson.dumps(result).decode() if args.json else match.report(result))
     return 0

@@ -18,8 +18,8 @@ from padres.cli.inputs import CommandError, expand, read_lines
 from padres.engines import ENGINES, make_engine
 from padres.matching import CompositeMatch, MatchResult
 from padres.messages import CompositeSubscription, Publication, Subscription
-from padres.policy import CompositeLimits, Policy
 from padres.printer import format_message, format_value
+from rete.limits import CompositeLimits, Policy
 
 
 def register(commands: Any) -> None:

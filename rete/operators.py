@@ -1,11 +1,8 @@
-"""The operators of the language and what each one means.
+"""The test operators and what each one means: the single definition every matcher follows.
 
-This module is the single definition of predicate semantics; every matcher (the reference
-matcher, the Rete adapter, SQL translation) follows it.
-
-A predicate never matches a publication that lacks its attribute, or whose value is not of the
-operator's type: numeric operators need a number (int or float, never a boolean), ``eq`` and
-``neq`` need a value of the operand's own type (string or boolean), string operators need a string.
+A test never matches a fact that lacks its attribute, or whose value is not of the operator's
+type: numeric operators need a number (int or float, never a boolean), ``eq`` and ``neq`` need a
+value of the operand's own type (string or boolean), string operators need a string.
 """
 
 from __future__ import annotations

@@ -1,0 +1,283 @@
+"""The Rete engine against the reference matcher and experta, on random conditions and facts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from itertools import count
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from padres.experta_engine import ExpertaMatcher
+from padres.matching import MatchResult
+from padres.messages import (
+    AllOf,
+    AnyOf,
+    CompositeSubscription,
+    Expression,
+    Filter,
+    Predicate,
+    Publication,
+    Subscription,
+    Variable,
+    VarType,
+)
+from padres.reference import ReferenceMatcher
+from padres.rete_engine import ReteMatcher
+from rete import Network, Op, Test, Value
+from rete.limits import CompositeLimits, Policy
+from rete.operators import NUMERIC, STRING
+from tests.strategies import NOW, scaled
+
+# Small domains, so that random conditions and facts often meet.
+ATTRS = ["a", "b", "c"]
+NUMBERS: list[Value] = [-1, 0, 1, 2, 2.5, 3.0, 2**53 + 1, 2**53 + 2, 2**60]
+STRINGS: list[Value] = ["", "a", "ab", "abc", "b", "ba", "A"]
+VALUES = NUMBERS + STRINGS + [True, False]
+CLASSES = ["A", "B"]
+
+
+@st.composite
+def predicate(draw: st.DrawFn) -> Predicate:
+    op = draw(st.sampled_from(list(Op)))
+    if op in NUMERIC:
+        value: Value | None = draw(st.sampled_from(NUMBERS))
+    elif op in STRING:
+        value = draw(st.sampled_from(STRINGS))
+    elif op is Op.IS_PRESENT:
+        value = None
+    else:
+        value = draw(st.sampled_from([*STRINGS, True, False]))
+    return Predicate(draw(st.sampled_from(ATTRS)), op, value)
+
+
+@st.composite
+def filters(draw: st.DrawFn, variables: bool = False) -> Filter:
+    preds = [Predicate("class", Op.EQ, draw(st.sampled_from(CLASSES)))]
+    preds += draw(st.lists(predicate(), max_size=4))
+    if variables:
+        for attr in draw(st.lists(st.sampled_from(ATTRS), max_size=2, unique=True)):
+            name, op, vtype = draw(
+                st.sampled_from(
+                    [
+                        ("X", Op.EQ, VarType.ANY),
+                        ("N", Op.EQ_NUM, VarType.FLOAT),
+                        ("I", Op.EQ_NUM, VarType.INTEGER),
+                    ]
+                )
+            )
+            preds.append(Predicate(attr, op, Variable(name, vtype)))
+    return Filter(tuple(draw(st.permutations(preds))))
+
+
+def expressions() -> st.SearchStrategy[Expression]:
+    return st.recursive(
+        filters(variables=True),
+        lambda inner: st.one_of(
+            st.lists(inner, min_size=2, max_size=3).map(lambda ps: AllOf(tuple(ps))),
+            st.lists(inner, min_size=2, max_size=2).map(lambda ps: AnyOf(tuple(ps))),
+        ),
+        max_leaves=4,
+    )
+
+
+_pub_ids = count(1)
+
+
+@st.composite
+def publications(draw: st.DrawFn) -> Publication:
+    attrs: dict[str, Value] = {"class": draw(st.sampled_from(CLASSES))}
+    attrs.update(draw(st.dictionaries(st.sampled_from(ATTRS), st.sampled_from(VALUES))))
+    seconds = draw(st.integers(0, 100))
+    return Publication(f"p{next(_pub_ids)}", attrs, NOW + timedelta(seconds=seconds))
+
+
+def composite_keys(result: MatchResult) -> set[object]:
+    return {m.key() for m in result.composites}
+
+
+def assert_same(expected: MatchResult, actual: MatchResult) -> None:
+    assert sorted(actual.subscriptions) == sorted(expected.subscriptions)
+    assert len(actual.subscriptions) == len(set(actual.subscriptions))
+    assert composite_keys(actual) == composite_keys(expected)
+    assert len(actual.composites) == len(expected.composites)
+
+
+@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(filters(), min_size=1, max_size=40), st.lists(publications(), max_size=25))
+def test_atomic_matches_equal_the_reference(flts: list[Filter], pubs: list[Publication]) -> None:
+    reference, rete = ReferenceMatcher(), ReteMatcher()
+    for i, flt in enumerate(flts):
+        sub = Subscription(f"s{i}", flt)
+        reference.add(sub)
+        rete.add(sub)
+    for pub in pubs:
+        assert_same(reference.match(pub), rete.match(pub))
+
+
+@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(expressions(), min_size=1, max_size=4),
+    st.lists(publications(), max_size=30),
+    st.sampled_from(list(Policy)),
+    st.sampled_from([10_000, 2]),
+    st.sampled_from([None, timedelta(seconds=30)]),
+)
+def test_composite_matches_equal_the_reference(
+    exprs: list[Expression],
+    pubs: list[Publication],
+    policy: Policy,
+    max_facts: int,
+    window: timedelta | None,
+) -> None:
+    limits = CompositeLimits(policy, max_facts, window)
+    reference, rete = ReferenceMatcher(limits), ReteMatcher(limits)
+    for i, expr in enumerate(exprs):
+        sub = CompositeSubscription(f"c{i}", expr)
+        reference.add(sub)
+        rete.add(sub)
+    for pub in pubs:
+        expected, actual = reference.match(pub), rete.match(pub)
+        if policy is Policy.CONSUME:  # the chosen match is part of the semantics
+            assert [m.key() for m in actual.composites] == [m.key() for m in expected.composites]
+        assert_same(expected, actual)
+    assert rete.evicted == reference.evicted
+
+
+class AddRemoveMatch(RuleBasedStateMachine):
+    """Random interleavings of add, remove and match, checked after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reference = ReferenceMatcher()
+        self.rete = ReteMatcher()
+        self.ids: list[str] = []
+        self.next = count()
+
+    @rule(flt=filters())
+    def add_subscription(self, flt: Filter) -> None:
+        sub = Subscription(f"s{next(self.next)}", flt)
+        self.reference.add(sub)
+        self.rete.add(sub)
+        self.ids.append(sub.id)
+
+    @rule(expr=expressions())
+    def add_composite(self, expr: Expression) -> None:
+        sub = CompositeSubscription(f"c{next(self.next)}", expr)
+        self.reference.add(sub)
+        self.rete.add(sub)
+        self.ids.append(sub.id)
+
+    @precondition(lambda self: self.ids)
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(self.ids))
+        self.ids.remove(sid)
+        self.reference.remove(sid)
+        self.rete.remove(sid)
+
+    @rule(pub=publications())
+    def match(self, pub: Publication) -> None:
+        assert_same(self.reference.match(pub), self.rete.match(pub))
+
+    @invariant()
+    def same_size(self) -> None:
+        assert len(self.rete) == len(self.reference) == len(self.ids)
+
+
+TestAddRemoveMatch = AddRemoveMatch.TestCase
+TestAddRemoveMatch.settings = settings(
+    max_examples=scaled(60),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@settings(max_examples=scaled(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(filters(), max_size=8),
+    st.lists(expressions(), max_size=3),
+    st.lists(publications(), max_size=15),
+)
+def test_experta_agrees(
+    flts: list[Filter], exprs: list[Expression], pubs: list[Publication]
+) -> None:
+    """experta, an independent Rete, is the referee: the same matches, composites included."""
+    rete, experta = ReteMatcher(), ExpertaMatcher()
+    subs: list[Subscription | CompositeSubscription] = [
+        Subscription(f"s{i}", f) for i, f in enumerate(flts)
+    ]
+    subs += [CompositeSubscription(f"c{i}", e) for i, e in enumerate(exprs)]
+    for sub in subs:
+        rete.add(sub)
+        experta.add(sub)
+    for pub in pubs:
+        assert_same(experta.match(pub), rete.match(pub))
+
+
+@settings(max_examples=scaled(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(filters(), min_size=1, max_size=200),
+    st.lists(expressions(), max_size=5),
+    st.lists(publications(), max_size=10),
+)
+def test_network_holds_nothing_after_every_condition_is_removed(
+    flts: list[Filter], exprs: list[Expression], pubs: list[Publication]
+) -> None:
+    rete = ReteMatcher(CompositeLimits(window=timedelta(seconds=50)))
+    ids = []
+    for i, f in enumerate(flts):
+        rete.add(Subscription(f"s{i}", f))
+        ids.append(f"s{i}")
+    for i, e in enumerate(exprs):
+        rete.add(CompositeSubscription(f"c{i}", e))
+        ids.append(f"c{i}")
+    for pub in pubs:
+        rete.match(pub)
+    for sid in ids:
+        rete.remove(sid)
+    stats = rete.network.stats()
+    assert {k: v for k, v in stats.items() if k != "evicted"} == dict.fromkeys(
+        stats.keys() - {"evicted"}, 0
+    )
+
+
+def test_clusters_compact_and_keep_matching() -> None:
+    net = Network()
+    for i in range(1000):
+        net.add(i, (Test("class", Op.EQ, "A"), Test("x", Op.GE, i), Test("x", Op.LT, i + 10)))
+    for i in range(0, 1000, 2):
+        net.remove(i)
+    for i in range(1, 700, 2):
+        net.remove(i)
+    fact = _Fact({"class": "A", "x": 850})
+    assert sorted(net.match(fact).conditions) == [i for i in range(841, 851) if i % 2]
+    assert net.stats()["slots"] == 150
+
+
+def test_conditions_without_equality_share_the_root_cluster() -> None:
+    net = Network()
+    net.add("low", (Test("x", Op.LT, 10),))
+    net.add("prefix", (Test("name", Op.STR_PREFIX, "ab"),))
+    net.add("contains", (Test("name", Op.STR_CONTAINS, "b"), Test("name", Op.STR_PREFIX, "x")))
+    assert sorted(net.match(_Fact({"x": 5, "name": "abc"})).conditions) == ["low", "prefix"]
+    assert net.match(_Fact({"name": "xbz"})).conditions == ["contains"]
+    assert net.stats()["clusters"] == 1
+
+
+def test_duplicate_and_unknown_ids() -> None:
+    net = Network()
+    net.add("s", (Test("x", Op.LT, 1),))
+    with pytest.raises(KeyError):
+        net.add("s", (Test("x", Op.LT, 1),))
+    with pytest.raises(KeyError):
+        net.remove("t")
+
+
+class _Fact:
+    def __init__(self, attributes: dict[str, Value]) -> None:
+        self.attributes = attributes
+        self.timestamp = NOW
