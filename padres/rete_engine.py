@@ -17,6 +17,7 @@ from rete import (
     Test,
     UnknownCondition,
 )
+from rete.cluster import SMALL
 from rete.operators import NUMERIC
 
 __all__ = ["ReteMatcher", "to_composite", "to_conjunction"]
@@ -40,8 +41,8 @@ def to_composite(sub: CompositeSubscription) -> Composite:
 class ReteMatcher:
     """Matches with a ``rete.Network``; same results as the reference matcher, much faster."""
 
-    def __init__(self, limits: CompositeLimits | None = None) -> None:
-        self.network = Network(limits)
+    def __init__(self, limits: CompositeLimits | None = None, small_cluster: int = SMALL) -> None:
+        self.network = Network(limits, small_cluster)
 
     def __len__(self) -> int:
         return len(self.network)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from rete.cluster import Cluster, Entry
+from rete.cluster import SMALL, Cluster, Entry
 from rete.conditions import Test
 from rete.keyed import tag
 from rete.numeric import RANGE_OPS
@@ -22,19 +22,20 @@ from rete.operators import Op, Value
 __all__ = ["AlphaNetwork"]
 
 ClusterKey = tuple[str, str, Value] | None
+_NOTHING: frozenset[str] = frozenset()
+_EQ, _EQ_NUM = Op.EQ, Op.EQ_NUM
 
 
 class AlphaNetwork:
-    def __init__(self) -> None:
+    def __init__(self, small_cluster: int = SMALL) -> None:
+        self.small_cluster = small_cluster
         self.clusters: dict[ClusterKey, Cluster] = {}
-        self.tests: Counter[Test] = Counter()
-        """Every distinct test in use, with the number of conditions using it."""
         self._keyed_values: Counter[str] = Counter()
 
     def _access(self, tests: tuple[Test, ...]) -> tuple[ClusterKey, tuple[Test, ...]]:
         best: tuple[tuple[int, int, int], int, ClusterKey] | None = None
         for i, t in enumerate(tests):
-            if t.op is Op.EQ or t.op is Op.EQ_NUM:
+            if t.op is _EQ or t.op is _EQ_NUM:
                 assert t.operand is not None
                 key: ClusterKey = (t.attribute, tag(t.operand), t.operand)
                 cluster = self.clusters.get(key)
@@ -51,18 +52,17 @@ class AlphaNetwork:
     ) -> Entry:
         """File a condition; ``binds`` names attributes it binds variables to (they must exist)."""
         key, rest = self._access(tests)
-        required = binds | {t.attribute for t in rest if t.op not in RANGE_OPS}
+        required = binds | {t.attribute for t in rest if t.op not in RANGE_OPS} or _NOTHING
         cluster = self.clusters.get(key)
         if cluster is None:
-            cluster = self.clusters[key] = Cluster(key)
+            cluster = self.clusters[key] = Cluster(key, small=self.small_cluster)
             if key is not None:
                 self._keyed_values[key[0]] += 1
-        entry = Entry(target, is_part, rest, required, key)
-        cluster.insert(entry)
-        self.tests.update(tests)
+        entry = Entry(target, is_part, frozenset(required), key)
+        cluster.insert(entry, rest)
         return entry
 
-    def remove(self, entry: Entry, tests: tuple[Test, ...]) -> None:
+    def remove(self, entry: Entry) -> None:
         key = entry.key
         cluster = self.clusters[key]
         cluster.delete(entry)
@@ -74,10 +74,15 @@ class AlphaNetwork:
                     del self._keyed_values[key[0]]
         elif cluster.wasteful:
             self.clusters[key] = cluster.compacted()
-        self.tests.subtract(tests)
-        for t in tests:
-            if self.tests[t] <= 0:
-                del self.tests[t]
+
+    def nodes(self) -> int:
+        """Alpha nodes: access tests, numeric columns, keyed values and residual tests."""
+        total = 0
+        for cluster in self.clusters.values():
+            total += 1 + len(cluster.numeric.columns) + len(cluster.residual)
+            for index in cluster.keyed.values():
+                total += sum(len(f.by_key) for f in index.families.values())
+        return total
 
     def match(self, attributes: Mapping[str, Value]) -> tuple[list[Any], list[Any]]:
         """The targets ``attributes`` satisfies: (conditions, composite parts)."""

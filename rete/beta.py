@@ -1,26 +1,29 @@
 """The beta network: joins of composite parts on their shared variables.
 
-Each part of a composite condition has a memory of the facts that matched it (with the values
-they bind), hash-indexed on each variable. When a fact enters a part, the join nodes of every
-pattern holding that part probe the other parts' memories, variable by variable, in an order
-planned once per (pattern, part). Partial joins are not stored (TREAT's trade-off against Rete's
-beta memories): memory stays bounded by the part memories, and forgetting a fact is O(1).
+Each part of a composite reads an alpha memory (see ``rete.memory``), hash-indexed on every
+variable the part binds. When a fact enters a part, the join nodes of every pattern holding that
+part probe the other parts' memories, variable by variable, in an order planned once per
+(pattern, part). Partial joins are not stored (TREAT's trade-off against Rete's beta memories):
+state stays bounded by the alpha memories, and forgetting a fact is O(1).
+
+Composites with the same memories and patterns (the same subscription from several clients,
+say) share one join node: the join runs once, with the horizon of the oldest member, and each
+member is told of the matches whose facts all arrived after it did.
 """
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from itertools import count
 from typing import Any
 
-from rete.conditions import Bind, Composite, Fact
+from rete.conditions import Bind, Composite
 from rete.limits import CompositeLimits, Policy
+from rete.memory import AlphaMemory, Stored
 from rete.operators import Value
 
-__all__ = ["Activation", "CompositeNode", "Expiry", "PartRef"]
+__all__ = ["Activation", "CompositeNode", "guards"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,54 +35,15 @@ class Activation:
     bindings: dict[str, Value]
 
 
-@dataclass(frozen=True, slots=True)
-class PartRef:
-    """What the alpha network reports when a fact satisfies a composite part's tests."""
-
-    node: CompositeNode
-    leaf: int
-
-
-@dataclass(slots=True)
-class _Stored:
-    seq: int
-    fact: Any
-    bindings: dict[str, Value]
-
-
-class _PartMemory:
-    __slots__ = ("entries", "index")
-
-    def __init__(self, variables: frozenset[str]) -> None:
-        self.entries: dict[int, _Stored] = {}
-        self.index: dict[str, dict[Value, dict[int, _Stored]]] = {v: {} for v in variables}
-
-    def add(self, stored: _Stored) -> None:
-        self.entries[stored.seq] = stored
-        for variable, table in self.index.items():
-            table.setdefault(stored.bindings[variable], {})[stored.seq] = stored
-
-    def remove(self, seq: int) -> bool:
-        stored = self.entries.pop(seq, None)
-        if stored is None:
-            return False
-        for variable, table in self.index.items():
-            value = stored.bindings[variable]
-            bucket = table[value]
-            del bucket[seq]
-            if not bucket:
-                del table[value]
-        return True
-
-    def oldest(self) -> int:
-        return next(iter(self.entries))
-
-
 _Order = tuple[tuple[int, ...], int, tuple[int, ...]]
 """How matches are ranked: the other facts' arrival numbers, the pattern, the slot order."""
 
 _Step = tuple[int, int, str | None]
 """(slot in the pattern, part, variable to probe the part's memory with, or None to scan it)."""
+
+
+def _variables(composite: Composite) -> list[frozenset[str]]:
+    return [frozenset(t.variable for t in part if isinstance(t, Bind)) for part in composite.parts]
 
 
 def _plan(pattern: tuple[int, ...], start: int, variables: list[frozenset[str]]) -> list[_Step]:
@@ -98,117 +62,103 @@ def _plan(pattern: tuple[int, ...], start: int, variables: list[frozenset[str]])
     return steps
 
 
-class Expiry:
-    """The composite facts of a whole network in timestamp order, for the time window."""
+def guards(composite: Composite) -> list[tuple[str, int] | None]:
+    """Per part, a (variable, partner part) that every completion through it needs, if any.
 
-    def __init__(self) -> None:
-        self.heap: list[tuple[datetime, int, int, _PartMemory]] = []
-        self.newest: datetime | None = None
-        self._ties = count()
+    A fact entering the part can only complete a match if the partner's memory holds a fact
+    with the same value of that variable.
+    """
+    variables = _variables(composite)
+    out: list[tuple[str, int] | None] = []
+    for leaf in range(len(composite.parts)):
+        common: set[tuple[str, int]] | None = None
+        for pattern in composite.patterns:
+            if leaf not in pattern:
+                continue
+            here = {
+                (x, other)
+                for other in pattern
+                if other != leaf
+                for x in variables[leaf] & variables[other]
+            }
+            common = here if common is None else common & here
+        out.append(min(common) if common else None)
+    return out
 
-    def see(self, fact: Fact) -> None:
-        if self.newest is None or fact.timestamp > self.newest:
-            self.newest = fact.timestamp
 
-    def push(self, fact: Fact, seq: int, memory: _PartMemory) -> None:
-        heapq.heappush(self.heap, (fact.timestamp, seq, next(self._ties), memory))
-
-    def expire(self, limits: CompositeLimits) -> int:
-        """Forget facts older than the window; returns how many memories lost one."""
-        if limits.window is None or self.newest is None:
-            return 0
-        oldest = self.newest - limits.window
-        dropped = 0
-        heap = self.heap
-        while heap and heap[0][0] < oldest:
-            _, seq, _, memory = heapq.heappop(heap)
-            dropped += memory.remove(seq)
-        return dropped
-
-    def forget(self, memories: list[_PartMemory]) -> None:
-        gone = {id(m) for m in memories}
-        self.heap = [item for item in self.heap if id(item[3]) not in gone]
-        heapq.heapify(self.heap)
+def _rank(
+    results: list[tuple[int, list[Stored], dict[str, Value]]], seq: int
+) -> list[tuple[_Order, list[Stored], dict[str, Value]]]:
+    """Matches in rank order, each set of facts with the same bindings once."""
+    found: dict[object, tuple[_Order, list[Stored], dict[str, Value]]] = {}
+    for p, facts, bindings in results:
+        others = tuple(sorted(s.seq for s in facts if s.seq != seq))
+        order = (others, p, tuple(s.seq for s in facts))
+        if len(results) == 1:
+            return [(order, facts, bindings)]
+        key = (frozenset(s.seq for s in facts), tuple(sorted(bindings.items())))
+        if key not in found or order < found[key][0]:
+            found[key] = (order, facts, bindings)
+    return sorted(found.values(), key=lambda item: item[0])
 
 
 class CompositeNode:
-    """The part memories, join plans and terminal of one composite condition."""
+    """The join plans and terminal of one composite condition, and of its identical twins."""
 
-    def __init__(self, id: Any, composite: Composite, limits: CompositeLimits) -> None:
-        self.id = id
+    def __init__(self, composite: Composite, limits: CompositeLimits) -> None:
         self.composite = composite
         self.limits = limits
-        self.binds: list[tuple[Bind, ...]] = [
-            tuple(t for t in part if isinstance(t, Bind)) for part in composite.parts
-        ]
-        variables = [frozenset(b.variable for b in binds) for binds in self.binds]
-        self.memories = [_PartMemory(v) for v in variables]
-        self.plans = {
-            (p, s): _plan(pattern, s, variables)
-            for p, pattern in enumerate(composite.patterns)
-            for s in range(len(pattern))
-        }
-        self.evicted = 0
-
-    def bindings(self, leaf: int, fact: Fact) -> dict[str, Value] | None:
-        """The values ``fact`` binds as part ``leaf``, or None if its bindings do not hold."""
-        out: dict[str, Value] = {}
-        attributes = fact.attributes
-        for bind in self.binds[leaf]:
-            value = attributes.get(bind.attribute)
-            if value is None or not bind.accepts(value):
-                return None
-            previous = out.setdefault(bind.variable, value)
-            if previous != value:
-                return None
-        return out
-
-    def activate(
-        self, hits: dict[int, dict[str, Value]], seq: int, fact: Fact, expiry: Expiry
-    ) -> list[Activation]:
-        """Join a new fact that satisfied parts ``hits``; store it or consume what it completed."""
-        found: dict[object, tuple[_Order, Activation]] = {}
-        patterns = self.composite.patterns
-        for p, pattern in enumerate(patterns):
+        self.members: list[Any] = []
+        """The ids of the composites this node serves, oldest first."""
+        self.added: list[int] = []
+        """When each member was added: it ignores facts up to that sequence number."""
+        self.memories: list[AlphaMemory] = []
+        self.guards: list[tuple[str, int] | None] = []
+        variables = _variables(composite)
+        self.starts: list[list[tuple[int, int, list[_Step]]]] = [[] for _ in composite.parts]
+        """Per part: (pattern, slot, join plan) for every place the part holds in a pattern."""
+        for p, pattern in enumerate(composite.patterns):
             for slot, leaf in enumerate(pattern):
-                if leaf not in hits:
-                    continue
-                first = _Stored(seq, fact, hits[leaf])
-                for chosen, bindings in self._join(
-                    self.plans[p, slot], 0, {slot: first}, hits[leaf]
-                ):
-                    facts = [chosen[s] for s in range(len(pattern))]
-                    others = tuple(sorted(s.seq for s in facts if s.seq != seq))
-                    order = (others, p, tuple(s.seq for s in facts))
-                    key = (frozenset(s.seq for s in facts), tuple(sorted(bindings.items())))
-                    if key not in found or order < found[key][0]:
-                        found[key] = (
-                            order,
-                            Activation(self.id, tuple(s.fact for s in facts), bindings),
-                        )
-        if found and self.limits.policy is Policy.CONSUME:
-            best_order, best = min(found.values(), key=lambda item: item[0])
-            for used in best_order[0]:
+                self.starts[leaf].append((p, slot, _plan(pattern, slot, variables)))
+
+    def activate(self, hits: dict[int, dict[str, Value]], seq: int, fact: Any) -> list[Activation]:
+        """The matches a new fact completes as parts ``hits`` (leaf -> its bindings).
+
+        Under the consume policy the chosen match's facts are forgotten here; the caller then
+        does not store the new fact either.
+        """
+        results: list[tuple[int, list[Stored], dict[str, Value]]] = []
+        for leaf, leaf_bindings in hits.items():
+            first = Stored(seq, fact, leaf_bindings)
+            for p, slot, plan in self.starts[leaf]:
+                size = len(self.composite.patterns[p])
+                for chosen, bindings in self._join(plan, 0, {slot: first}, leaf_bindings, (seq,)):
+                    results.append((p, [chosen[s] for s in range(size)], bindings))
+        if not results:
+            return []
+        ranked = _rank(results, seq)
+        if self.limits.policy is Policy.CONSUME:
+            ranked = ranked[:1]
+            for used in ranked[0][0][0]:
                 for memory in self.memories:
-                    memory.remove(used)
-            return [best]
-        for leaf, bindings in hits.items():
-            memory = self.memories[leaf]
-            memory.add(_Stored(seq, fact, bindings))
-            if self.limits.window is not None:
-                expiry.push(fact, seq, memory)
-            if len(memory.entries) > self.limits.max_facts:
-                memory.remove(memory.oldest())
-                self.evicted += 1
-        return [a for _, a in sorted(found.values(), key=lambda item: item[0])]
+                    memory.forget(used)
+        activations = []
+        for (others, _, _), facts, bindings in ranked:
+            # Members added after the oldest other fact did not see it.
+            oldest = others[0] if others else seq
+            values = tuple(s.fact for s in facts)
+            for member in self.members[: bisect_left(self.added, oldest)]:
+                activations.append(Activation(member, values, bindings))
+        return activations
 
     def _join(
         self,
         plan: list[_Step],
         step: int,
-        chosen: dict[int, _Stored],
+        chosen: dict[int, Stored],
         bindings: dict[str, Value],
-    ) -> Iterator[tuple[dict[int, _Stored], dict[str, Value]]]:
+        used: tuple[int, ...],
+    ) -> Iterator[tuple[dict[int, Stored], dict[str, Value]]]:
         if step == len(plan):
             yield chosen, bindings
             return
@@ -218,9 +168,9 @@ class CompositeNode:
             candidates = memory.entries.values()
         else:
             candidates = memory.index[probe].get(bindings[probe], {}).values()
-        used = {s.seq for s in chosen.values()}
+        added = self.added[0]
         for stored in candidates:
-            if stored.seq in used:
+            if stored.seq <= added or stored.seq in used:
                 continue
             merged = bindings
             for variable, value in stored.bindings.items():
@@ -230,4 +180,5 @@ class CompositeNode:
                 elif previous != value:
                     break
             else:
-                yield from self._join(plan, step + 1, {**chosen, slot: stored}, merged)
+                chosen_now = {**chosen, slot: stored}
+                yield from self._join(plan, step + 1, chosen_now, merged, (*used, stored.seq))

@@ -1,6 +1,8 @@
 """A cluster: the conditions that share one access test, matched together with bitsets.
 
-Each condition takes a slot. Its tests are filed by kind: numeric ranges in the ``NumericIndex``,
+Below ``small`` live conditions a cluster simply evaluates each one's tests in Python: numpy's
+fixed cost per call outweighs indexing there. Beyond that, each condition takes a slot. Its tests
+are filed by kind: numeric ranges in the ``NumericIndex``,
 hashable tests in per-attribute ``KeyedIndex``es, everything else as residual alpha tests
 (evaluated once per fact and shared across clusters through a memo). A fact fails a slot when any
 index says so; the survivors are checked exactly against their numeric intervals. Slots are
@@ -9,9 +11,8 @@ handed out in increasing order; once more than half are dead, the owner swaps in
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +20,7 @@ import numpy.typing as npt
 from rete.bitset import WORD_DTYPE, Words, positions, to_words, words_for
 from rete.conditions import Test
 from rete.keyed import KEYED_OPS, KeyedIndex
-from rete.numeric import RANGE_OPS, NumericIndex, interval
+from rete.numeric import NumericIndex, intervals
 from rete.operators import Op, Value
 
 __all__ = ["Cluster", "Entry"]
@@ -32,20 +33,29 @@ class Entry:
     target: Any
     """What a match reports: the condition id, or the composite part it stands for."""
     is_part: bool
-    tests: tuple[Test, ...]
     required: frozenset[str]
     """Attributes that must be present beyond those of range tests (isPresent, bindings...)."""
     key: Any = None
     """The access key of the cluster holding the entry."""
     slot: int = -1
-    keyed: list[tuple[str, str, Value]] = field(default_factory=list)
-    residual: list[Test] = field(default_factory=list)
-    blurred: bool = False
+    keyed: tuple[tuple[str, str, Value], ...] = ()
+    residual: tuple[Test, ...] = ()
+    recheck: tuple[Test, ...] = ()
+    """Range tests whose numbers floats blur (beyond 2**53): decided in Python."""
+    tests: tuple[Test, ...] = ()
+    """All the tests, kept only while the cluster is small enough to evaluate them directly."""
+
+
+SMALL: Final = 64
+"""Default size up to which a cluster evaluates its conditions directly."""
 
 
 class Cluster:
-    def __init__(self, key: object, capacity: int = 64) -> None:
+    def __init__(self, key: object, capacity: int = 64, small: int = SMALL) -> None:
         self.key = key
+        self.small = small
+        self.tested = 0
+        """Live entries that kept their tests (all of them, while the cluster is small)."""
         self.capacity = capacity
         self.used = 0
         self.live = 0
@@ -71,30 +81,34 @@ class Cluster:
         self.active = np.concatenate([self.active, np.zeros(extra, dtype=WORD_DTYPE)])
         self.numeric.grow(self.capacity)
 
-    def insert(self, entry: Entry) -> None:
+    def insert(self, entry: Entry, tests: tuple[Test, ...]) -> None:
+        """File ``tests`` (the condition less its access test) under a new slot."""
         if self.used == self.capacity:
             self._grow()
         slot = entry.slot = self.used
         self.used += 1
-        ranges: defaultdict[str, list[Test]] = defaultdict(list)
-        for test in entry.tests:
-            if test.op in RANGE_OPS:
-                ranges[test.attribute].append(test)
-            elif test.op is not Op.IS_PRESENT:
-                self._file(entry, test)
-        for attribute, tests in ranges.items():
-            lo, hi, blurred = interval(tests)
-            self.numeric.set(slot, attribute, lo, hi)
-            entry.blurred |= blurred
+        if self.live < self.small and self.tested == self.live:
+            entry.tests = tests
+        exact, recheck, others = intervals(tests)
+        if exact:
+            self.numeric.set_intervals(slot, exact)
+        keyed: list[tuple[str, str, Value]] = []
+        residual: list[Test] = []
+        for test in others:
+            if test.op is Op.IS_PRESENT:
+                continue
+            kind = KEYED_OPS.get(test.op)
+            if kind is not None and all(k != kind or a != test.attribute for k, a, _ in keyed):
+                keyed.append((kind, test.attribute, test.operand))  # type: ignore[arg-type]
+            elif test not in residual:
+                residual.append(test)
+        if keyed:
+            entry.keyed = tuple(keyed)
+        if residual:
+            entry.residual = tuple(residual)
+        if recheck:
+            entry.recheck = tuple(recheck)
         self._place(entry)
-
-    def _file(self, entry: Entry, test: Test) -> None:
-        kind = KEYED_OPS.get(test.op)
-        taken = any(k == kind and a == test.attribute for k, a, _ in entry.keyed)
-        if kind is not None and not taken:
-            entry.keyed.append((kind, test.attribute, test.operand))  # type: ignore[arg-type]
-        else:
-            entry.residual.append(test)
 
     def _place(self, entry: Entry) -> None:
         """Register an entry's bits under its slot (on insert, and again after compaction)."""
@@ -106,11 +120,12 @@ class Cluster:
             self.residual[test] = self.residual.get(test, 0) | bit
         for attribute in entry.required:
             self.present[attribute] = self.present.get(attribute, 0) | bit
-        if entry.blurred:
+        if entry.recheck:
             self.blurred.add(slot)
         self.targets[slot] = entry.target
         self.is_part[slot] = entry.is_part
         self.parts += entry.is_part
+        self.tested += bool(entry.tests)
         self.active[slot >> 6] |= np.uint64(1 << (slot & 63))
         if slot == len(self.entries):
             self.entries.append(entry)
@@ -132,6 +147,7 @@ class Cluster:
             _clear(self.present, attribute, bit)
         self.blurred.discard(slot)
         self.parts -= entry.is_part
+        self.tested -= bool(entry.tests)
         self.targets[slot] = None
         self.active[slot >> 6] &= np.uint64(~(1 << (slot & 63)) & (2**64 - 1))
         self.entries[slot] = None
@@ -146,7 +162,7 @@ class Cluster:
     def compacted(self) -> Cluster:
         """A copy holding only the live slots, renumbered from 0."""
         live = positions(self.active)
-        fresh = Cluster(self.key, max(64, 1 << int(live.size).bit_length()))
+        fresh = Cluster(self.key, max(64, 1 << int(live.size).bit_length()), self.small)
         fresh.numeric.copy_rows(self.numeric, live)
         fresh.used = int(live.size)
         for slot, old in enumerate(live.tolist()):
@@ -162,8 +178,10 @@ class Cluster:
         self, attributes: dict[str, Value] | Any, memo: dict[Test, bool]
     ) -> tuple[list[Any], list[Any]]:
         """The targets of the slots ``attributes`` satisfies: (conditions, composite parts)."""
+        if self.tested == self.live <= self.small:
+            return self._match_directly(attributes)
         self.numeric.prepare(self.used)
-        fail_words, x, blurred_fact = self.numeric.probe(attributes)
+        fail_words, x, big = self.numeric.probe(attributes)
         fail = 0
         for attribute, bits in self.present.items():
             if attribute not in attributes:
@@ -184,10 +202,10 @@ class Cluster:
         if fail:
             candidates = candidates & ~to_words(fail, self.active.size)
         slots = positions(candidates)
-        if slots.size and self.numeric.columns:
+        if slots.size and (self.numeric.columns or self.blurred):
             keep = self.numeric.exact(slots, x)
-            if blurred_fact or self.blurred:
-                self._recheck(slots, keep, attributes, blurred_fact)
+            if big or self.blurred:
+                self._recheck(slots, keep, attributes, big)
             slots = slots[keep]
         if not slots.size:
             return [], []
@@ -197,19 +215,35 @@ class Cluster:
         parts = self.is_part.take(slots)
         return targets[~parts].tolist(), targets[parts].tolist()
 
+    def _match_directly(self, attributes: Any) -> tuple[list[Any], list[Any]]:
+        atomic: list[Any] = []
+        parts: list[Any] = []
+        for entry in self.entries:
+            if entry is None:
+                continue
+            if all(a in attributes for a in entry.required) and all(
+                t.passes(attributes) for t in entry.tests
+            ):
+                (parts if entry.is_part else atomic).append(entry.target)
+        return atomic, parts
+
     def _recheck(
         self,
         slots: npt.NDArray[np.int64],
         keep: npt.NDArray[np.bool_],
         attributes: Any,
-        every: bool,
+        big: list[tuple[int, int]],
     ) -> None:
-        """Decide in Python the slots whose numbers floats cannot represent exactly."""
+        """Decide in Python what floats cannot: large integers in the fact or the conditions."""
         for i, slot in enumerate(slots.tolist()):
-            if every or slot in self.blurred:
+            if not keep[i]:
+                continue
+            if big and not self.numeric.exact_big(slot, big):
+                keep[i] = False
+            elif slot in self.blurred:
                 entry = self.entries[slot]
                 assert entry is not None
-                keep[i] = all(t.passes(attributes) for t in entry.tests if t.op in RANGE_OPS)
+                keep[i] = all(t.passes(attributes) for t in entry.recheck)
 
 
 def _clear(bitsets: dict[Any, int], key: Any, bit: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
 from rete.operators import Op, Value, evaluate
 
@@ -22,11 +22,11 @@ class Fact(Protocol):
     def timestamp(self) -> datetime: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Test:
-    """``attribute op operand``: one alpha test, shared by every condition that uses it."""
+class Test(NamedTuple):
+    """``attribute op operand``: one alpha test, shared by every condition that uses it.
 
-    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+    A named tuple: compiling thousands of conditions unpacks tests in tight loops.
+    """
 
     attribute: str
     op: Op
@@ -37,8 +37,10 @@ class Test:
         return value is not None and evaluate(self.op, self.operand, value)
 
 
-@dataclass(frozen=True, slots=True)
-class Bind:
+Test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test class, despite the name
+
+
+class Bind(NamedTuple):
     """Binds ``variable`` to the value of ``attribute``.
 
     ``numeric`` binds numbers (operator ``=``), otherwise strings and booleans (``eq``); ``type``

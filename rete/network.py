@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rete.alpha import AlphaNetwork
-from rete.beta import Activation, CompositeNode, Expiry, PartRef
-from rete.cluster import Entry
+from rete.beta import Activation, CompositeNode, guards
+from rete.cluster import SMALL, Entry
 from rete.conditions import Bind, Composite, Conjunction, Fact, Test
-from rete.limits import CompositeLimits
+from rete.limits import CompositeLimits, Policy
+from rete.memory import AlphaMemory, Expiry, Holders, Stored
 from rete.operators import Value
 
 __all__ = ["DuplicateCondition", "Network", "Result", "UnknownCondition"]
@@ -34,24 +34,31 @@ class Result:
 
 
 def _split(conjunction: Conjunction) -> tuple[tuple[Test, ...], frozenset[str]]:
-    tests = tuple(dict.fromkeys(t for t in conjunction if isinstance(t, Test)))  # once each
+    if all(type(t) is Test for t in conjunction):
+        return conjunction, _NO_BINDS  # type: ignore[return-value]
+    tests = tuple(t for t in conjunction if type(t) is Test)
     binds = frozenset(b.attribute for b in conjunction if isinstance(b, Bind))
     return tests, binds
+
+
+_NO_BINDS: frozenset[str] = frozenset()
 
 
 class Network:
     """A Rete network over conjunctive and composite conditions (see the package docstring)."""
 
-    def __init__(self, limits: CompositeLimits | None = None) -> None:
+    def __init__(self, limits: CompositeLimits | None = None, small_cluster: int = SMALL) -> None:
+        """``small_cluster``: clusters up to this many conditions are evaluated test by test."""
         self.limits = limits or CompositeLimits()
-        self._alpha = AlphaNetwork()
-        self._atomic: dict[Hashable, tuple[Entry, tuple[Test, ...]]] = {}
-        self._composite: dict[
-            Hashable, tuple[CompositeNode, list[tuple[Entry, tuple[Test, ...]]]]
-        ] = {}
+        self._alpha = AlphaNetwork(small_cluster)
+        self._atomic: dict[Hashable, Entry] = {}
+        self._composite: dict[Hashable, CompositeNode] = {}
+        self._joins: dict[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], CompositeNode] = {}
+        self._shared: dict[frozenset[Test | Bind], AlphaMemory] = {}
+        self._holders = Holders()
         self._expiry = Expiry()
         self._seq = 0
-        self._window_evicted = 0
+        self._evicted = 0
 
     def __len__(self) -> int:
         return len(self._atomic) + len(self._composite)
@@ -64,32 +71,80 @@ class Network:
         if cid in self:
             raise DuplicateCondition(cid)
         if isinstance(condition, Composite):
-            node = CompositeNode(cid, condition, self.limits)
-            entries = []
-            for leaf, part in enumerate(condition.parts):
-                tests, binds = _split(part)
-                entry = self._alpha.add(PartRef(node, leaf), tests, binds, is_part=True)
-                entries.append((entry, tests))
-            self._composite[cid] = (node, entries)
+            self._composite[cid] = self._join_node(condition)
+            node = self._composite[cid]
+            node.members.append(cid)
+            node.added.append(self._seq)
+            for memory in node.memories:
+                memory.count_from(self._seq)
         else:
             tests, binds = _split(condition)
             if binds:
                 raise ValueError("variables belong only in composite conditions")
-            self._atomic[cid] = (self._alpha.add(cid, tests, binds, is_part=False), tests)
+            self._atomic[cid] = self._alpha.add(cid, tests, binds, is_part=False)
+
+    def _join_node(self, composite: Composite) -> CompositeNode:
+        """The join node for a new composite: an identical one's, if sharing is allowed."""
+        memories = [self._memory(part) for part in composite.parts]
+        shared = self.limits.policy is Policy.CONSUME_AND_REMAIN
+        signature = (tuple(id(m) for m in memories), composite.patterns)
+        node = self._joins.get(signature) if shared else None
+        if node is None:
+            node = CompositeNode(composite, self.limits)
+            node.memories = memories
+            node.guards = guards(composite)
+            for leaf, memory in enumerate(memories):
+                memory.attach((node, leaf), self._guard(node, node.guards[leaf]))
+            if shared:
+                self._joins[signature] = node
+        return node
+
+    @staticmethod
+    def _guard(
+        node: CompositeNode, guard: tuple[str, int] | None
+    ) -> tuple[str, AlphaMemory] | None:
+        return None if guard is None else (guard[0], node.memories[guard[1]])
+
+    def _memory(self, part: Conjunction) -> AlphaMemory:
+        """The alpha memory of a composite part: shared with identical parts when allowed."""
+        shared = self.limits.policy is Policy.CONSUME_AND_REMAIN
+        key = frozenset(part)
+        if shared and key in self._shared:
+            return self._shared[key]
+        tests, attributes = _split(part)
+        binds = tuple(b for b in part if isinstance(b, Bind))
+        memory = AlphaMemory(binds, self._holders, private=not shared)
+        memory.entry = self._alpha.add(memory, tests, attributes, is_part=True)
+        if shared:
+            self._shared[key] = memory
+        return memory
 
     def remove(self, cid: Hashable) -> None:
         """Remove a condition and everything only it used (composite memories included)."""
-        if cid in self._atomic:
-            entry, tests = self._atomic.pop(cid)
-            self._alpha.remove(entry, tests)
+        entry = self._atomic.pop(cid, None)
+        if entry is not None:
+            self._alpha.remove(entry)
             return
-        if cid not in self._composite:
+        node = self._composite.pop(cid, None)
+        if node is None:
             raise UnknownCondition(cid)
-        node, entries = self._composite.pop(cid)
-        for entry, tests in entries:
-            self._alpha.remove(entry, tests)
-        if self.limits.window is not None:
-            self._expiry.forget(node.memories)
+        i = node.members.index(cid)
+        del node.members[i]
+        added = node.added.pop(i)
+        for memory in node.memories:
+            memory.uncount(added)
+        if node.members:
+            return
+        self._joins.pop((tuple(id(m) for m in node.memories), node.composite.patterns), None)
+        for leaf, memory in enumerate(node.memories):
+            memory.detach((node, leaf), self._guard(node, node.guards[leaf]))
+            if not memory.users:
+                self._alpha.remove(memory.entry)
+                if not memory.private:
+                    del self._shared[frozenset(node.composite.parts[leaf])]
+                if self.limits.window is not None:
+                    self._expiry.forget(memory)
+                memory.clear()
 
     def match(self, fact: Fact) -> Result:
         """Match the next fact: the conditions it satisfies and the composites it completes."""
@@ -97,19 +152,39 @@ class Network:
         atomic, parts = self._alpha.match(fact.attributes)
         if not self._composite:
             return Result(atomic)
+        limits = self.limits
         expiry = self._expiry
-        expiry.see(fact)
-        self._window_evicted += expiry.expire(self.limits)
+        if limits.window is not None:
+            expiry.see(fact)
+            assert expiry.newest is not None
+            self._evicted += expiry.expire(expiry.newest - limits.window)
         if not parts:
             return Result(atomic)
-        hits: defaultdict[CompositeNode, dict[int, dict[str, Value]]] = defaultdict(dict)
-        for ref in parts:
-            bindings = ref.node.bindings(ref.leaf, fact)
-            if bindings is not None:
-                hits[ref.node][ref.leaf] = bindings
+        seq = self._seq
+        hits: dict[CompositeNode, dict[int, dict[str, Value]]] = {}
+        stores: list[tuple[AlphaMemory, dict[str, Value]]] = []
+        for memory in parts:
+            bindings = memory.bindings(fact)
+            if bindings is None:
+                continue
+            stores.append((memory, bindings))
+            for node, leaf in memory.activated(bindings):
+                hits.setdefault(node, {})[leaf] = bindings
         activations: list[Activation] = []
+        consumed: set[CompositeNode] = set()
         for node, leaf_hits in hits.items():
-            activations += node.activate(leaf_hits, self._seq, fact, expiry)
+            found = node.activate(leaf_hits, seq, fact)
+            if found and limits.policy is Policy.CONSUME:
+                consumed.add(node)
+            activations += found
+        for memory, bindings in stores:
+            if memory.private and memory.users[0][0] in consumed:
+                continue  # consumed: the fact completed a match and is used up
+            memory.store(Stored(seq, fact, bindings))
+            if limits.window is not None:
+                expiry.push(fact, seq, memory)
+            if len(memory.entries) > limits.max_facts:
+                self._evicted += memory.forget(memory.oldest())
         return Result(atomic, activations)
 
     def match_many(self, facts: Iterable[Fact]) -> list[Result]:
@@ -118,24 +193,26 @@ class Network:
 
     @property
     def evicted(self) -> int:
-        """Composite facts forgotten because of ``max_facts`` or the window."""
-        return self._window_evicted + sum(node.evicted for node, _ in self._composite.values())
+        """(Composite part, fact) pairs forgotten because of ``max_facts`` or the window."""
+        return self._evicted
 
     def stats(self) -> dict[str, int]:
         """Sizes of everything the network holds (all zero once every condition is removed)."""
         alpha = self._alpha
         clusters = alpha.clusters.values()
+        memories = {id(m): m for node in self._composite.values() for m in node.memories}
         return {
             "conditions": len(self._atomic),
             "composites": len(self._composite),
-            "alpha_tests": len(alpha.tests),
+            "alpha_nodes": alpha.nodes(),
             "clusters": len(alpha.clusters),
             "slots": sum(c.live for c in clusters),
             "keyed_indexes": sum(len(c.keyed) for c in clusters),
             "residual_tests": sum(len(c.residual) for c in clusters),
-            "composite_facts": sum(
-                len(m.entries) for node, _ in self._composite.values() for m in node.memories
-            ),
+            "join_nodes": len({id(node) for node in self._composite.values()}),
+            "alpha_memories": len(memories),
+            "composite_facts": sum(len(m.entries) for m in memories.values()),
+            "held_values": len(self._holders),
             "expiry_queue": len(self._expiry.heap),
             "evicted": self.evicted,
         }

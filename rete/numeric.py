@@ -7,12 +7,18 @@ value axis is cut into ``CELLS`` cells at quantiles of the interval ends; for ea
 holds the slots whose interval misses the whole cell, and one more row holds every constrained
 slot (a fact without a number there fails them all). Matching a fact ORs one row per attribute;
 what survives is a small superset of the matches, which ``exact`` then checks in one vectorized
-step. New slots are written to the columns at once and folded into the cell table in batches;
-the cells are re-cut when the number of slots has doubled.
+step. New slots are written to the columns at once and folded into the cell table in
+batches; the cells are re-cut when the number of slots has doubled.
+
+Floats hold integers exactly only up to 2**53. A condition with a range operand that large keeps
+those tests for a Python recheck and leaves the attribute unconstrained here; a fact with such an
+integer skips that attribute's cells (row ``NO_INFO``) and its candidates are compared in Python
+against the interval ends, exactly (Python compares ints and floats exactly).
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Final, cast
@@ -24,36 +30,61 @@ from rete.bitset import WORD_DTYPE, Words, words_for
 from rete.conditions import Test
 from rete.operators import Op, Value
 
-__all__ = ["CELLS", "RANGE_OPS", "NumericIndex", "interval"]
+__all__ = ["CELLS", "RANGE_OPS", "NumericIndex", "intervals"]
 
 CELLS: Final = 64
+MISSING: Final = CELLS
+"""Table row of the constrained slots: they fail a fact without a number there."""
+NO_INFO: Final = CELLS + 1
+"""Table row with no slot: used for a value floats cannot hold exactly."""
 RANGE_OPS: Final = frozenset({Op.LT, Op.LE, Op.EQ_NUM, Op.GT, Op.GE})
 EXACT_LIMIT: Final = 2**53
-"""Integers beyond this are not exactly floats; conditions or facts using them are rechecked."""
+"""From this magnitude on, floats miss integers; such numbers are decided in Python."""
 
 Floats = npt.NDArray[np.float64]
 
 
-def interval(tests: Sequence[Test]) -> tuple[float, float, bool]:
-    """The closed interval the range tests allow, and whether float rounding may blur it."""
-    lo, hi = -np.inf, np.inf
-    blurred = False
+_LT, _LE, _GT, _GE = Op.LT, Op.LE, Op.GT, Op.GE
+_INF = math.inf
+
+
+def intervals(
+    tests: Sequence[Test],
+) -> tuple[list[tuple[str, float, float]], list[Test], list[Test]]:
+    """Split tests into closed intervals per attribute (from the range tests floats can hold
+    exactly), the range tests they cannot (to recheck in Python), and the other tests."""
+    bounds: dict[str, list[float]] = {}
+    blurred: dict[str, list[Test]] = {}
+    others: list[Test] = []
     for t in tests:
-        x = float(t.operand)  # type: ignore[arg-type]
-        rounded = type(t.operand) is int and abs(t.operand) > EXACT_LIMIT
-        blurred |= rounded
-        # A rounded bound stays closed: the interval must never lose a true match.
-        if t.op is Op.LT:
-            hi = min(hi, x if rounded else float(np.nextafter(x, -np.inf)))
-        elif t.op is Op.LE:
-            hi = min(hi, x)
-        elif t.op is Op.GT:
-            lo = max(lo, x if rounded else float(np.nextafter(x, np.inf)))
-        elif t.op is Op.GE:
-            lo = max(lo, x)
+        attribute, op, x = t
+        if op not in RANGE_OPS:
+            others.append(t)
+            continue
+        if not -EXACT_LIMIT < x < EXACT_LIMIT:  # type: ignore[operator]
+            blurred.setdefault(attribute, []).append(t)
+            continue
+        b = bounds.get(attribute)
+        if b is None:
+            b = bounds[attribute] = [-_INF, _INF]
+        if op is _GE:
+            if x > b[0]:  # type: ignore[operator]
+                b[0] = x  # type: ignore[assignment]
+        elif op is _LE:
+            if x < b[1]:  # type: ignore[operator]
+                b[1] = x  # type: ignore[assignment]
+        elif op is _GT:
+            b[0] = max(b[0], math.nextafter(x, _INF))  # type: ignore[arg-type]
+        elif op is _LT:
+            b[1] = min(b[1], math.nextafter(x, -_INF))  # type: ignore[arg-type]
         else:
-            lo, hi = max(lo, x), min(hi, x)
-    return lo, hi, blurred
+            b[0], b[1] = max(b[0], x), min(b[1], x)  # type: ignore[type-var, assignment]
+    recheck: list[Test] = []
+    for attribute in blurred:  # the whole attribute is decided in Python
+        bounds.pop(attribute, None)
+        recheck += (t for t in tests if t.attribute == attribute and t.op in RANGE_OPS)
+    exact = [(a, float(lo), float(hi)) for a, (lo, hi) in bounds.items()]
+    return exact, recheck, others
 
 
 class NumericIndex:
@@ -68,9 +99,11 @@ class NumericIndex:
         self._cuts: list[list[float]] = []
         """``bounds`` as Python lists, per column, for bisecting one value cheaply."""
         self._rows = np.arange(0)
-        self.table: Words = np.zeros((0, CELLS + 1, words_for(capacity)), dtype=WORD_DTYPE)
+        self.table: Words = np.zeros((0, CELLS + 2, words_for(capacity)), dtype=WORD_DTYPE)
         self.flushed = 0
         self.tuned_at = 0
+        self._pending: tuple[list[int], list[int], list[float]] = ([], [], [])
+        """Interval ends set since the last ``prepare``: (rows, slots, values)."""
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +114,7 @@ class NumericIndex:
         width = len(self.columns)
         self.ends = np.hstack([self.ends, np.full((2 * width, extra_slots), -np.inf)])
         extra = words_for(capacity) - self.table.shape[2]
-        pad = np.zeros((width, CELLS + 1, extra), dtype=WORD_DTYPE)
+        pad = np.zeros((width, CELLS + 2, extra), dtype=WORD_DTYPE)
         self.table = np.concatenate([self.table, pad], axis=2)
 
     def _column(self, attribute: str) -> int:
@@ -92,12 +125,13 @@ class NumericIndex:
             self.bounds = np.vstack([self.bounds, np.full((1, CELLS - 1), np.inf)])
             self._cuts.append([])
             self._rows = np.arange(len(self.columns))
-            fresh = np.zeros((1, CELLS + 1, self.table.shape[2]), dtype=WORD_DTYPE)
+            fresh = np.zeros((1, CELLS + 2, self.table.shape[2]), dtype=WORD_DTYPE)
             self.table = np.concatenate([self.table, fresh], axis=0)
         return column
 
     def copy_rows(self, other: NumericIndex, rows: npt.NDArray[np.int64]) -> None:
         """Take ``other``'s intervals of ``rows`` as slots 0, 1, ... (the cells are re-cut)."""
+        other._write_pending()
         self.columns = dict(other.columns)
         width = len(self.columns)
         capacity = self.ends.shape[1]
@@ -106,16 +140,31 @@ class NumericIndex:
         self.bounds = np.full((width, CELLS - 1), np.inf)
         self._cuts = [[] for _ in range(width)]
         self._rows = np.arange(width)
-        self.table = np.zeros((width, CELLS + 1, words_for(capacity)), dtype=WORD_DTYPE)
+        self.table = np.zeros((width, CELLS + 2, words_for(capacity)), dtype=WORD_DTYPE)
 
-    def set(self, slot: int, attribute: str, lo: float, hi: float) -> None:
-        """Constrain ``slot`` on ``attribute``; slots are written once, in increasing order."""
-        column = self._column(attribute)
-        self.ends[2 * column, slot] = lo
-        self.ends[2 * column + 1, slot] = -hi
+    def set_intervals(self, slot: int, intervals: list[tuple[str, float, float]]) -> None:
+        """Constrain ``slot`` to ``(attribute, lo, hi)`` intervals; each slot is set once."""
+        rows, slots, values = self._pending
+        columns = self.columns
+        for attribute, lo, hi in intervals:
+            column = columns.get(attribute)
+            if column is None:
+                column = self._column(attribute)
+            rows += (2 * column, 2 * column + 1)
+            slots += (slot, slot)
+            values += (lo, -hi)
+        if len(rows) >= 65_536:  # bounded buffer: boxed numbers cost far more than array cells
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        rows, slots, values = self._pending
+        if rows:
+            self.ends[rows, slots] = values
+            self._pending = ([], [], [])
 
     def prepare(self, used: int) -> None:
         """Bring the cell table up to date with slots ``[0, used)`` before matching."""
+        self._write_pending()
         if used >= 2 * self.tuned_at and used - self.tuned_at >= 32:
             self._tune(used)
         if self.flushed < used:
@@ -143,36 +192,49 @@ class NumericIndex:
             constrained = np.isfinite(lo) | np.isfinite(hi)
             below = cells < np.searchsorted(bounds, lo, "right")
             above = cells > np.searchsorted(bounds, hi, "right")
-            rows = np.vstack([(below | above) & constrained, constrained])
+            rows = np.vstack(
+                [(below | above) & constrained, constrained, np.zeros_like(constrained)]
+            )
             packed = np.packbits(rows, axis=1, bitorder="little")
             nwords = words_for(used - start)
-            padded = np.zeros((CELLS + 1, nwords * 8), dtype=np.uint8)
+            padded = np.zeros((CELLS + 2, nwords * 8), dtype=np.uint8)
             padded[:, : packed.shape[1]] = packed
             w0 = start // 64
-            self.table[column, :, w0 : w0 + nwords] = padded.view(WORD_DTYPE)
+            self.table[column, :, w0 : w0 + nwords] = padded.view(WORD_DTYPE)  # NO_INFO stays 0
         self.flushed = used
 
-    def probe(self, attributes: Mapping[str, Value]) -> tuple[Words | None, Floats, bool]:
-        """The slots that surely fail, the fact as ``(x, -x)`` pairs, and whether to recheck."""
+    def probe(
+        self, attributes: Mapping[str, Value]
+    ) -> tuple[Words | None, Floats, list[tuple[int, int]]]:
+        """The slots that surely fail, the fact as ``(x, -x)`` pairs, and the (column, integer)
+        pairs that floats cannot hold (their columns pass here; ``exact_big`` decides them)."""
         if not self.columns:
-            return None, np.empty(0), False
+            return None, np.empty(0), []
         cells = []
         pairs: list[float] = []
-        blurred = False
-        for attribute, cuts in zip(self.columns, self._cuts, strict=True):
+        big: list[tuple[int, int]] = []
+        for column, (attribute, cuts) in enumerate(zip(self.columns, self._cuts, strict=True)):
             value = attributes.get(attribute)
             t = type(value)
-            if t is int or t is float:
+            if t is int and abs(value) >= EXACT_LIMIT:  # type: ignore[arg-type]
+                big.append((column, value))  # type: ignore[arg-type]
+                cells.append(NO_INFO)
+                pairs += (math.inf, math.inf)
+            elif t is int or t is float:
                 x = float(value)  # type: ignore[arg-type]
-                blurred |= t is int and abs(value) > EXACT_LIMIT  # type: ignore[arg-type]
                 cells.append(bisect_right(cuts, x))
                 pairs += (x, -x)
             else:
-                cells.append(CELLS)
+                cells.append(MISSING)
                 pairs += (0.0, -0.0)
         rows = self.table[self._rows, cells]
         fail = rows[0] if len(cells) == 1 else np.bitwise_or.reduce(rows, axis=0)
-        return fail, np.array(pairs)[:, None], blurred
+        return fail, np.array(pairs)[:, None], big
+
+    def exact_big(self, slot: int, big: list[tuple[int, int]]) -> bool:
+        """Whether ``slot``'s intervals hold the large integers of ``big`` (compared exactly)."""
+        ends = self.ends
+        return all(ends[2 * c, slot] <= v and v <= -ends[2 * c + 1, slot] for c, v in big)
 
     def exact(self, slots: npt.NDArray[np.int64], x: Floats) -> npt.NDArray[np.bool_]:
         """Which candidate ``slots`` hold ``x`` (as ``probe`` gives it) within every interval."""

@@ -37,6 +37,10 @@ class Op(StrEnum):
     STR_POSTFIX = "str-postfix"
     IS_PRESENT = "isPresent"
 
+    # A member equals its string, so hashing it as that string is consistent, and runs in C
+    # (Enum.__hash__ is Python code, and operators are looked up in dicts on hot paths).
+    __hash__ = str.__hash__
+
 
 class OperandKind(StrEnum):
     """What an operator's operand must be."""
