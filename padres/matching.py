@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from padres.messages import CompositeSubscription, Filter, Publication, Subscription
+from padres.messages import CompositeSubscription, Filter, Publication, Subscription, Variable
 from rete.operators import NUMERIC, Value, evaluate
 
 __all__ = ["CompositeMatch", "MatchResult", "Matcher", "filter_bindings", "matches"]
@@ -68,9 +68,9 @@ def filter_bindings(
         value = attrs.get(p.attribute)
         if value is None:
             return None
-        var = p.variable
-        if var is None:
-            if not evaluate(p.op, p.value, value):  # type: ignore[arg-type]
+        var = p.value
+        if not isinstance(var, Variable):
+            if not evaluate(p.op, var, value):
                 return None
             continue
         numeric = type(value) is int or type(value) is float

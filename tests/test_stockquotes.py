@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import random
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from padres.bench.workloads import stock_subscriptions
 from padres.datasets import find_stockquotes
-from padres.parser import parse_publication
+from padres.messages import Publication, Subscription
+from padres.parser import parse_publication, parse_subscription
 from padres.printer import format_message
+from padres.rete_engine import ReteMatcher
 from padres.wire import decode, encode
+from tests.stock_reference import reference_matches
+from tests.strategies import NOW
 
 DATA = find_stockquotes()
 needs_data = pytest.mark.skipif(
@@ -51,3 +59,53 @@ def test_every_quote_parses_prints_and_encodes() -> None:
     # Every line is a quote. (The data's NOTICE says 245,090, which counts newline characters;
     # each file's last line has none.)
     assert total == 245_190
+
+
+def _mixed_subscriptions(quotes: list[Publication], seed: int) -> list[Subscription]:
+    """800 subscriptions of the benchmark's stock workload and 200 using string operators."""
+    subs = list(stock_subscriptions(800, quotes, seed))
+    rng = random.Random(seed)
+    symbols = sorted({str(q.attributes["symbol"]) for q in quotes})
+    for i in range(200):
+        quote = rng.choice(quotes)
+        close = quote.attributes["close"]
+        kind = i % 4
+        if kind == 0:
+            extra = f"[symbol,str-prefix,'{rng.choice(symbols)[:1]}'],[close,<,{close!r}]"
+        elif kind == 1:
+            extra = f"[date,str-postfix,'{str(quote.attributes['date'])[-6:]}'],[volume,>,1000000]"
+        elif kind == 2:
+            symbol = quote.attributes["symbol"]
+            extra = f"[symbol,neq,'{symbol}'],[open,>=,{close!r}],[open,<,{close!r}]"
+        else:
+            extra = f"[date,str-contains,'Jan'],[symbol,eq,'{quote.attributes['symbol']}']"
+        subs.append(parse_subscription(f"[class,eq,'STOCK'],{extra}", id=f"x{i}"))
+    return subs
+
+
+@needs_data
+@pytest.mark.slow
+def test_rete_equals_the_reference_on_every_quote() -> None:
+    """1,000 random PADRES-style subscriptions against all 245,190 quotes."""
+    assert DATA is not None
+    paths = sorted(Path(DATA).glob("*.txt"))
+    quotes = [
+        parse_publication(line, id=f"{p.stem}{i}", timestamp=NOW)
+        for p in paths
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines())
+    ]
+    subs = _mixed_subscriptions(quotes, seed=7)
+    halves = [paths[: len(paths) // 2], paths[len(paths) // 2 :]]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        futures = [pool.submit(reference_matches, subs, half) for half in halves]
+        rete = ReteMatcher()
+        for sub in subs:
+            rete.add(sub)
+        actual = [sorted(rete.match(q).subscriptions) for q in quotes]
+        expected = [row for future in futures for row in future.result()]
+    assert len(actual) == len(expected) == 245_190
+    mismatches = [i for i, (a, e) in enumerate(zip(actual, expected, strict=True)) if a != e]
+    assert not mismatches, f"{len(mismatches)} quotes differ, first {quotes[mismatches[0]]}"
+    total = sum(map(len, actual))
+    assert 0 < total < 245_190 * 1000  # the check must see matches, and not everything

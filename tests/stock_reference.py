@@ -1,0 +1,22 @@
+"""Worker for the full-data test: reference matches of quote files, in a separate process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from padres.messages import Subscription
+from padres.parser import parse_publication
+from padres.reference import ReferenceMatcher
+from tests.strategies import NOW
+
+
+def reference_matches(subs: list[Subscription], paths: list[Path]) -> list[list[str]]:
+    matcher = ReferenceMatcher()
+    for sub in subs:
+        matcher.add(sub)
+    out = []
+    for path in paths:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            pub = parse_publication(line, id=f"{path.stem}{i}", timestamp=NOW)
+            out.append(sorted(matcher.match(pub).subscriptions))
+    return out
