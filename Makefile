@@ -35,11 +35,15 @@ demo: $(STAMP)
 	@echo "== The demo subscriptions, checked and normalized by 'padres parse'"
 	$(BIN)/padres parse $(DEMO_SUBS)
 	@echo
-	@echo "== Every quote of $(STOCKQUOTES) matched against them by 'padres match'"
-	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --summary
+	@echo "== Every quote of $(STOCKQUOTES) matched against them, by the Rete engine"
+	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --summary --engine rete
+	@echo
+	@echo "== The same by the reference matcher, which evaluates every subscription in turn"
+	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --summary --engine naive
 	@echo
 	@echo "== The first composite matches, with the publications that completed them"
-	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --only-matches | grep -m 3 's6\['
+	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --only-matches --engine rete \
+		| grep -m 3 's6\['
 
 bench: $(STAMP)
 	$(BIN)/padres bench parse

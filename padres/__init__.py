@@ -41,6 +41,7 @@ from padres.parser import (
 )
 from padres.printer import format_batch_line, format_message
 from padres.reference import ReferenceMatcher
+from padres.rete_engine import ReteMatcher
 from padres.wire import decode, encode
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
@@ -68,6 +69,7 @@ __all__ = [
     "Predicate",
     "Publication",
     "ReferenceMatcher",
+    "ReteMatcher",
     "Subscription",
     "Unadvertise",
     "UnknownId",

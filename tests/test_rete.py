@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from itertools import count
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from padres.experta_engine import ExpertaMatcher
-from padres.matching import MatchResult
+from padres.matching import Matcher, MatchResult
 from padres.messages import (
     AllOf,
     AnyOf,
@@ -107,6 +108,12 @@ def publications(draw: st.DrawFn) -> Publication:
     return Publication(f"p{next(_pub_ids)}", attrs, NOW + timedelta(seconds=seconds))
 
 
+def add_all(subs: Sequence[Subscription | CompositeSubscription], *matchers: Matcher) -> None:
+    for sub in subs:
+        for matcher in matchers:
+            matcher.add(sub)
+
+
 def composite_keys(result: MatchResult) -> set[object]:
     return {m.key() for m in result.composites}
 
@@ -132,10 +139,7 @@ def test_atomic_matches_equal_the_reference(
     flts: list[Filter], pubs: list[Publication], small: int
 ) -> None:
     reference, rete = ReferenceMatcher(), ReteMatcher(small_cluster=small)
-    for i, flt in enumerate(flts):
-        sub = Subscription(f"s{i}", flt)
-        reference.add(sub)
-        rete.add(sub)
+    add_all([Subscription(f"s{i}", flt) for i, flt in enumerate(flts)], reference, rete)
     for pub in pubs:
         assert_same(reference.match(pub), rete.match(pub))
 
@@ -159,10 +163,7 @@ def test_composite_matches_equal_the_reference(
 ) -> None:
     limits = CompositeLimits(policy, max_facts, window)
     reference, rete = ReferenceMatcher(limits), ReteMatcher(limits, small_cluster=small)
-    for i, expr in enumerate(exprs):
-        sub = CompositeSubscription(f"c{i}", expr)
-        reference.add(sub)
-        rete.add(sub)
+    add_all([CompositeSubscription(f"c{i}", e) for i, e in enumerate(exprs)], reference, rete)
     for pub in pubs:
         expected, actual = reference.match(pub), rete.match(pub)
         if policy is Policy.CONSUME:  # one match per composite: which one is part of the semantics
@@ -238,9 +239,7 @@ def test_experta_agrees(
         Subscription(f"s{i}", f) for i, f in enumerate(flts)
     ]
     subs += [CompositeSubscription(f"c{i}", e) for i, e in enumerate(exprs)]
-    for sub in subs:
-        rete.add(sub)
-        experta.add(sub)
+    add_all(subs, rete, experta)
     for pub in pubs:
         assert_same(experta.match(pub), rete.match(pub))
 

@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--pubs", required=True, nargs="+", metavar="FILE", help="publications; - for stdin"
     )
-    p.add_argument("--engine", default="naive", choices=sorted(ENGINES), help="matching engine")
+    p.add_argument("--engine", default="rete", choices=sorted(ENGINES), help="matching engine")
     p.add_argument("--json", action="store_true", help="one JSON object per publication")
     p.add_argument(
         "--only-matches", action="store_true", help="skip publications that match nothing"
