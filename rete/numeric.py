@@ -110,12 +110,15 @@ class NumericIndex:
         return self.ends.nbytes + self.bounds.nbytes + self.table.nbytes
 
     def grow(self, capacity: int) -> None:
-        extra_slots = capacity - self.ends.shape[1]
-        width = len(self.columns)
-        self.ends = np.hstack([self.ends, np.full((2 * width, extra_slots), -np.inf)])
-        extra = words_for(capacity) - self.table.shape[2]
-        pad = np.zeros((width, CELLS + 2, extra), dtype=WORD_DTYPE)
-        self.table = np.concatenate([self.table, pad], axis=2)
+        # One allocation each, the old part copied: zeroed memory comes lazily from the OS.
+        old = self.ends.shape[1]
+        ends = np.empty((self.ends.shape[0], capacity))
+        ends[:, :old] = self.ends
+        ends[:, old:] = -np.inf
+        self.ends = ends
+        table = np.zeros(self.table.shape[:2] + (words_for(capacity),), dtype=WORD_DTYPE)
+        table[:, :, : self.table.shape[2]] = self.table
+        self.table = table
 
     def _column(self, attribute: str) -> int:
         column = self.columns.get(attribute)

@@ -148,3 +148,21 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "<stdin>:line 1, column 11" in done.stderr
+
+
+def test_every_engine_prints_the_same(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    subs = write(
+        tmp_path,
+        "subs.txt",
+        DEMO_SUBS.read_text() + "cs {[class,eq,'STOCK'],[symbol,eq,'MSFT'],[date,eq,$S$D]} || "
+        "{[class,eq,'STOCK'],[symbol,eq,'AAPL'],[close,>,60],[date,eq,$S$D]}\n",
+    )
+    outputs = {}
+    for engine in ("rete", "naive", "experta"):
+        code, out, _ = run(
+            capsys, "match", "--subs", subs, "--pubs", str(SAMPLE), "--engine", engine
+        )
+        assert code == 0
+        outputs[engine] = out
+    assert outputs["rete"] == outputs["naive"] == outputs["experta"]
+    assert "s6[" in outputs["rete"] and "s7[" in outputs["rete"]
