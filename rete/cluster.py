@@ -180,7 +180,7 @@ class Cluster:
         """The targets of the slots ``attributes`` satisfies: (conditions, composite parts)."""
         if self.tested == self.live <= self.small:
             return self._match_directly(attributes)
-        self.numeric.prepare(self.used)
+        self.prepare()
         fail_words, x, big = self.numeric.probe(attributes)
         fail = 0
         for attribute, bits in self.present.items():
@@ -214,6 +214,10 @@ class Cluster:
             return targets.tolist(), []
         parts = self.is_part.take(slots)
         return targets[~parts].tolist(), targets[parts].tolist()
+
+    def prepare(self) -> None:
+        """Bring the numeric index up to date (done before matching)."""
+        self.numeric.prepare(self.used)
 
     def _match_directly(self, attributes: Any) -> tuple[list[Any], list[Any]]:
         atomic: list[Any] = []

@@ -193,7 +193,3 @@ class Expiry:
             _, seq, _, memory = heapq.heappop(heap)
             dropped += memory.forget(seq)
         return dropped
-
-    def forget(self, memory: AlphaMemory) -> None:
-        self.heap = [item for item in self.heap if item[3] is not memory]
-        heapq.heapify(self.heap)

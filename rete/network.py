@@ -142,9 +142,9 @@ class Network:
                 self._alpha.remove(memory.entry)
                 if not memory.private:
                     del self._shared[frozenset(node.composite.parts[leaf])]
-                if self.limits.window is not None:
-                    self._expiry.forget(memory)
-                memory.clear()
+                memory.clear()  # its entries in the expiry queue now expire as no-ops
+        if not self._composite:
+            self._expiry.heap.clear()
 
     def match(self, fact: Fact) -> Result:
         """Match the next fact: the conditions it satisfies and the composites it completes."""
@@ -186,6 +186,12 @@ class Network:
             if len(memory.entries) > limits.max_facts:
                 self._evicted += memory.forget(memory.oldest())
         return Result(atomic, activations)
+
+    def prepare(self) -> None:
+        """Fold every condition added so far into the indexes now, rather than lazily at the
+        first fact that visits each cluster (call it after a bulk load)."""
+        for cluster in self._alpha.clusters.values():
+            cluster.prepare()
 
     def match_many(self, facts: Iterable[Fact]) -> list[Result]:
         """Match facts in order, as ``match`` would one by one."""

@@ -116,7 +116,7 @@ class NumericIndex:
         ends[:, :old] = self.ends
         ends[:, old:] = -np.inf
         self.ends = ends
-        table = np.zeros(self.table.shape[:2] + (words_for(capacity),), dtype=WORD_DTYPE)
+        table = np.zeros((*self.table.shape[:2], words_for(capacity)), dtype=WORD_DTYPE)
         table[:, :, : self.table.shape[2]] = self.table
         self.table = table
 

@@ -342,3 +342,33 @@ def test_identical_composites_share_a_join_but_keep_their_own_horizon() -> None:
         reference.remove(sid)
         rete.remove(sid)
     assert rete.network.stats()["alpha_memories"] == 0
+
+
+def test_match_many_equals_matching_one_by_one() -> None:
+    text = "{[class,eq,'A'],[k,eq,$K]} & {[class,eq,'B'],[k,eq,$K]}"
+    from padres.parser import parse_composite
+
+    one, many = ReteMatcher(), ReteMatcher()
+    for m in (one, many):
+        m.add(parse_composite(text, id="c"))
+        m.add(Subscription("s", Filter((Predicate("class", Op.EQ, "A"),))))
+    pubs = [
+        Publication(f"m{i}", {"class": "AB"[i % 2], "k": "xy"[i % 3 == 0]}, NOW) for i in range(30)
+    ]
+    expected = [one.match(p) for p in pubs]
+    actual = many.match_many(pubs)
+    assert [(r.subscriptions, [c.key() for c in r.composites]) for r in actual] == [
+        (r.subscriptions, [c.key() for c in r.composites]) for r in expected
+    ]
+
+
+def test_prepare_folds_every_cluster_at_once() -> None:
+    net = Network(small_cluster=0)
+    for i in range(200):
+        net.add(i, (Test("class", Op.EQ, "A"), Test("k", Op.EQ, i % 4), Test("x", Op.LT, i)))
+    net.prepare()
+    clusters = net._alpha.clusters.values()
+    assert all(c.numeric.flushed == c.used for c in clusters)
+    assert sorted(net.match(_Fact({"class": "A", "k": 1, "x": 190})).conditions) == [
+        i for i in range(191, 200) if i % 4 == 1
+    ]
