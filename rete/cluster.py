@@ -2,9 +2,9 @@
 
 Below ``small`` live conditions a cluster simply evaluates each one's tests in Python: numpy's
 fixed cost per call outweighs indexing there. Beyond that, each condition takes a slot. Its tests
-are filed by kind: numeric ranges in the ``NumericIndex``,
-hashable tests in per-attribute ``KeyedIndex``es, everything else as residual alpha tests
-(evaluated once per fact and shared across clusters through a memo). A fact fails a slot when any
+are filed by kind: numeric ranges in the ``NumericIndex``, hashable tests in per-attribute
+``KeyedIndex``es, everything else as residual alpha tests (evaluated once per fact and shared
+across clusters through a memo). A fact fails a slot when any
 index says so; the survivors are checked exactly against their numeric intervals. Slots are
 handed out in increasing order; once more than half are dead, the owner swaps in a compacted copy.
 """
@@ -42,7 +42,7 @@ class Entry:
     residual: tuple[Test, ...] = ()
     recheck: tuple[Test, ...] = ()
     """Range tests whose numbers floats blur (beyond 2**53): decided in Python."""
-    tests: tuple[Test, ...] = ()
+    tests: tuple[Test, ...] | None = None
     """All the tests, kept only while the cluster is small enough to evaluate them directly."""
 
 
@@ -125,7 +125,7 @@ class Cluster:
         self.targets[slot] = entry.target
         self.is_part[slot] = entry.is_part
         self.parts += entry.is_part
-        self.tested += bool(entry.tests)
+        self.tested += entry.tests is not None
         self.active[slot >> 6] |= np.uint64(1 << (slot & 63))
         if slot == len(self.entries):
             self.entries.append(entry)
@@ -147,7 +147,7 @@ class Cluster:
             _clear(self.present, attribute, bit)
         self.blurred.discard(slot)
         self.parts -= entry.is_part
-        self.tested -= bool(entry.tests)
+        self.tested -= entry.tests is not None
         self.targets[slot] = None
         self.active[slot >> 6] &= np.uint64(~(1 << (slot & 63)) & (2**64 - 1))
         self.entries[slot] = None
@@ -225,8 +225,9 @@ class Cluster:
         for entry in self.entries:
             if entry is None:
                 continue
+            tests: tuple[Test, ...] = entry.tests  # type: ignore[assignment]  # kept: cluster small
             if all(a in attributes for a in entry.required) and all(
-                t.passes(attributes) for t in entry.tests
+                t.passes(attributes) for t in tests
             ):
                 (parts if entry.is_part else atomic).append(entry.target)
         return atomic, parts

@@ -36,6 +36,20 @@ class Test(NamedTuple):
         value = attributes.get(self.attribute)
         return value is not None and evaluate(self.op, self.operand, value)
 
+    # Tests are dict keys (shared alpha nodes); as plain tuples 1, 1.0 and True would be one key.
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is Test
+            and tuple.__eq__(self, other)
+            and type(self.operand) is type(other.operand)
+        )
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((self.attribute, self.op, self.operand, type(self.operand)))
+
 
 Test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test class, despite the name
 

@@ -13,13 +13,12 @@ tests); that keeps "not among the passing slots" equal to "fails". Bitsets are P
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final, TypeAlias
+from typing import Final
 
 from rete.operators import Op, Value
 
 __all__ = ["KEYED_OPS", "KeyedIndex", "tag"]
 
-Key: TypeAlias = tuple[str, Value]
 KEYED_OPS: Final = {
     Op.EQ: "eq",
     Op.STR_PREFIX: "prefix",

@@ -105,10 +105,6 @@ class NumericIndex:
         self._pending: tuple[list[int], list[int], list[float]] = ([], [], [])
         """Interval ends set since the last ``prepare``: (rows, slots, values)."""
 
-    @property
-    def nbytes(self) -> int:
-        return self.ends.nbytes + self.bounds.nbytes + self.table.nbytes
-
     def grow(self, capacity: int) -> None:
         # One allocation each, the old part copied: zeroed memory comes lazily from the OS.
         old = self.ends.shape[1]

@@ -372,3 +372,24 @@ def test_prepare_folds_every_cluster_at_once() -> None:
     assert sorted(net.match(_Fact({"class": "A", "k": 1, "x": 190})).conditions) == [
         i for i in range(191, 200) if i % 4 == 1
     ]
+
+
+def test_conditions_without_further_tests_keep_small_clusters_direct() -> None:
+    net = Network()
+    net.add("only-class", (Test("class", Op.EQ, "A"),))
+    net.add("range", (Test("class", Op.EQ, "A"), Test("x", Op.GT, 1)))
+    cluster = net._alpha.clusters[("class", "s", "A")]
+    assert cluster.tested == cluster.live == 2  # both evaluated directly
+    assert sorted(net.match(_Fact({"class": "A", "x": 2})).conditions) == ["only-class", "range"]
+
+
+def test_tests_of_different_operand_types_are_different_nodes() -> None:
+    assert Test("x", Op.EQ, True) != Test("x", Op.EQ, 1)
+    assert len({Test("x", Op.EQ, True), Test("x", Op.EQ, 1), Test("x", Op.EQ, 1.0)}) == 3
+    net = Network(small_cluster=0)
+    net.add("bool", (Test("k", Op.EQ, "A"), Test("x", Op.STR_LT, "m"), Test("x", Op.EQ, True)))
+    net.add("int", (Test("k", Op.EQ, "A"), Test("x", Op.STR_LT, "m"), Test("x", Op.EQ, 1)))
+    assert net.match(_Fact({"k": "A", "x": True})).conditions == []  # str-lt needs a string
+    net.add("b2", (Test("k", Op.EQ, "A"), Test("y", Op.EQ, True), Test("y", Op.NEQ, False)))
+    net.add("i2", (Test("k", Op.EQ, "A"), Test("y", Op.EQ, True), Test("y", Op.NEQ, 0)))
+    assert net.match(_Fact({"k": "A", "y": True})).conditions == ["b2"]

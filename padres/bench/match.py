@@ -31,7 +31,6 @@ from padres.bench.workloads import (
     stock_subscriptions,
 )
 from padres.experta_engine import ExpertaMatcher
-from padres.matching import MatchResult
 from padres.messages import CompositeSubscription, Publication
 from padres.reference import ReferenceMatcher
 from padres.rete_engine import ReteMatcher, to_composite, to_conjunction
@@ -113,10 +112,6 @@ def _per_op_s(operations: list[Callable[[], object]]) -> list[float]:
         operation()
         times.append(time.perf_counter() - started)
     return times
-
-
-def _atomic_counts(results: Sequence[MatchResult]) -> list[int]:
-    return [len(r.subscriptions) for r in results]
 
 
 def run_stock(
