@@ -163,7 +163,7 @@ class Cluster:
         """A copy holding only the live slots, renumbered from 0."""
         live = positions(self.active)
         fresh = Cluster(self.key, max(64, 1 << int(live.size).bit_length()), self.small)
-        fresh.numeric.copy_rows(self.numeric, live)
+        fresh.numeric.copy_rows(self.numeric, live, self.used)
         fresh.used = int(live.size)
         for slot, old in enumerate(live.tolist()):
             entry = self.entries[old]

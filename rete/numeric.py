@@ -104,13 +104,15 @@ class NumericIndex:
         self.tuned_at = 0
         self._pending: tuple[list[int], list[int], list[float]] = ([], [], [])
         """Interval ends set since the last ``prepare``: (rows, slots, values)."""
+        self._ready = 0
+        """Slots whose ``ends`` hold real values; beyond, memory not yet written (see grow)."""
 
     def grow(self, capacity: int) -> None:
-        # One allocation each, the old part copied: zeroed memory comes lazily from the OS.
-        old = self.ends.shape[1]
+        # One allocation each and only the used part copied: the rest of ``ends`` is written
+        # when its slots are taken, and zeroed memory comes lazily from the OS, so doubling a
+        # large cluster costs a copy, not a fill of the whole new capacity.
         ends = np.empty((self.ends.shape[0], capacity))
-        ends[:, :old] = self.ends
-        ends[:, old:] = -np.inf
+        ends[:, : self._ready] = self.ends[:, : self._ready]
         self.ends = ends
         table = np.zeros((*self.table.shape[:2], words_for(capacity)), dtype=WORD_DTYPE)
         table[:, :, : self.table.shape[2]] = self.table
@@ -128,14 +130,16 @@ class NumericIndex:
             self.table = np.concatenate([self.table, fresh], axis=0)
         return column
 
-    def copy_rows(self, other: NumericIndex, rows: npt.NDArray[np.int64]) -> None:
-        """Take ``other``'s intervals of ``rows`` as slots 0, 1, ... (the cells are re-cut)."""
-        other._write_pending()
+    def copy_rows(self, other: NumericIndex, rows: npt.NDArray[np.int64], used: int) -> None:
+        """Take ``other``'s intervals of ``rows`` (of its ``used`` slots) as slots 0, 1, ...
+        (the cells are re-cut)."""
+        other._write_pending(used)
         self.columns = dict(other.columns)
         width = len(self.columns)
         capacity = self.ends.shape[1]
-        self.ends = np.full((2 * width, capacity), -np.inf)
+        self.ends = np.empty((2 * width, capacity))
         self.ends[:, : rows.size] = other.ends[:, rows]
+        self._ready = int(rows.size)
         self.bounds = np.full((width, CELLS - 1), np.inf)
         self._cuts = [[] for _ in range(width)]
         self._rows = np.arange(width)
@@ -153,9 +157,13 @@ class NumericIndex:
             slots += (slot, slot)
             values += (lo, -hi)
         if len(rows) >= 65_536:  # bounded buffer: boxed numbers cost far more than array cells
-            self._write_pending()
+            self._write_pending(slot + 1)
 
-    def _write_pending(self) -> None:
+    def _write_pending(self, used: int) -> None:
+        """Make ``ends`` hold slots ``[0, used)``: no bound unless one was set."""
+        if self._ready < used:
+            self.ends[:, self._ready : used] = -np.inf
+            self._ready = used
         rows, slots, values = self._pending
         if rows:
             self.ends[rows, slots] = values
@@ -163,7 +171,7 @@ class NumericIndex:
 
     def prepare(self, used: int) -> None:
         """Bring the cell table up to date with slots ``[0, used)`` before matching."""
-        self._write_pending()
+        self._write_pending(used)
         if used >= 2 * self.tuned_at and used - self.tuned_at >= 32:
             self._tune(used)
         if self.flushed < used:
