@@ -15,6 +15,7 @@ from typing import Any
 from padres.errors import DuplicateId, PadresError, UnknownId
 from padres.matching import CompositeMatch, MatchResult
 from padres.messages import CompositeSubscription, Filter, Publication, Subscription
+from rete.conditions import Bind
 from rete.limits import CompositeLimits, Policy
 from rete.operators import NUMERIC, Op, Value, evaluate
 
@@ -72,9 +73,9 @@ class ExpertaMatcher:
             var = p.variable
             found = terms.setdefault(p.attribute, [])
             if var is not None:
-                numeric = p.op in NUMERIC
+                bind = Bind(p.attribute, var.name, p.op in NUMERIC, var.type.value)
                 found.append(getattr(MATCH, f"v_{var.name}"))
-                found.append(P(lambda v, t=var.type.value, n=numeric: _bindable(v, t, n)))
+                found.append(P(bind.accepts))
             elif p.op is Op.IS_PRESENT:
                 found.append(W())
             else:
@@ -138,10 +139,3 @@ class ExpertaMatcher:
 def _distinct(**facts: Any) -> bool:
     ids = [f[_ID] for f in facts.values()]
     return len(set(ids)) == len(ids)
-
-
-def _bindable(value: Value, type_prefix: str, numeric: bool) -> bool:
-    t = type(value)
-    if (t is int or t is float) != numeric:
-        return False
-    return {"S": t is str, "I": t is int}.get(type_prefix, True)

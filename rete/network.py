@@ -43,6 +43,13 @@ def _split(conjunction: Conjunction) -> tuple[tuple[Test, ...], frozenset[str]]:
 
 _NO_BINDS: frozenset[str] = frozenset()
 
+_Signature = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
+
+
+def _signature(memories: list[AlphaMemory], patterns: tuple[tuple[int, ...], ...]) -> _Signature:
+    """Composites with the same memories and patterns join alike: they share a join node."""
+    return tuple(id(m) for m in memories), patterns
+
 
 class Network:
     """A Rete network over conjunctive and composite conditions (see the package docstring)."""
@@ -53,7 +60,7 @@ class Network:
         self._alpha = AlphaNetwork(small_cluster)
         self._atomic: dict[Hashable, Entry] = {}
         self._composite: dict[Hashable, CompositeNode] = {}
-        self._joins: dict[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], CompositeNode] = {}
+        self._joins: dict[_Signature, CompositeNode] = {}
         self._shared: dict[frozenset[Test | Bind], AlphaMemory] = {}
         self._holders = Holders()
         self._expiry = Expiry()
@@ -87,8 +94,7 @@ class Network:
         """The join node for a new composite: an identical one's, if sharing is allowed."""
         memories = [self._memory(part) for part in composite.parts]
         shared = self.limits.policy is Policy.CONSUME_AND_REMAIN
-        signature = (tuple(id(m) for m in memories), composite.patterns)
-        node = self._joins.get(signature) if shared else None
+        node = self._joins.get(_signature(memories, composite.patterns)) if shared else None
         if node is None:
             node = CompositeNode(composite, self.limits)
             node.memories = memories
@@ -96,7 +102,7 @@ class Network:
             for leaf, memory in enumerate(memories):
                 memory.attach((node, leaf), self._guard(node, node.guards[leaf]))
             if shared:
-                self._joins[signature] = node
+                self._joins[_signature(memories, composite.patterns)] = node
         return node
 
     @staticmethod
@@ -135,7 +141,7 @@ class Network:
             memory.uncount(added)
         if node.members:
             return
-        self._joins.pop((tuple(id(m) for m in node.memories), node.composite.patterns), None)
+        self._joins.pop(_signature(node.memories, node.composite.patterns), None)
         for leaf, memory in enumerate(node.memories):
             memory.detach((node, leaf), self._guard(node, node.guards[leaf]))
             if not memory.users:

@@ -13,7 +13,7 @@ import gc
 import random
 import statistics
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,13 +45,18 @@ def _rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def _per_pub_ms(match: Callable[[Publication], object], pubs: Sequence[Publication]) -> list[float]:
+def _durations(operations: Iterable[Callable[[], object]]) -> list[float]:
+    """Seconds each operation took."""
     times = []
-    for pub in pubs:
+    for operation in operations:
         started = time.perf_counter()
-        match(pub)
-        times.append((time.perf_counter() - started) * 1000)
+        operation()
+        times.append(time.perf_counter() - started)
     return times
+
+
+def _per_pub_ms(match: Callable[[Publication], object], pubs: Sequence[Publication]) -> list[float]:
+    return [t * 1000 for t in _durations(partial(match, pub) for pub in pubs)]
 
 
 def _p99(times: list[float]) -> float:
@@ -93,8 +98,8 @@ def _churn(
 ) -> dict[str, float]:
     """Insert ``extra`` then remove ``victims``, the network resident: batch rates per second,
     the median time of one operation, and the longest (a capacity doubling shows there)."""
-    inserts = _per_op_s([partial(network.add, cid, condition) for cid, condition in extra])
-    removes = _per_op_s([partial(network.remove, cid) for cid in victims])
+    inserts = _durations([partial(network.add, cid, condition) for cid, condition in extra])
+    removes = _durations([partial(network.remove, cid) for cid in victims])
     return {
         "insert_per_s": len(inserts) / sum(inserts),
         "insert_median_us": statistics.median(inserts) * 1e6,
@@ -103,15 +108,6 @@ def _churn(
         "remove_median_us": statistics.median(removes) * 1e6,
         "remove_max_ms": max(removes) * 1000,
     }
-
-
-def _per_op_s(operations: list[Callable[[], object]]) -> list[float]:
-    times = []
-    for operation in operations:
-        started = time.perf_counter()
-        operation()
-        times.append(time.perf_counter() - started)
-    return times
 
 
 def run_stock(
@@ -246,7 +242,7 @@ def _timed_matches(
 ) -> float:
     for sub in subs:
         matcher.add(sub)
-    return _timed(lambda: [matcher.match(p) for p in stream])
+    return sum(_durations([lambda: [matcher.match(p) for p in stream]]))
 
 
 def _composite_check(subs: list[CompositeSubscription], stream: list[Publication]) -> bool:
@@ -260,12 +256,6 @@ def _composite_check(subs: list[CompositeSubscription], stream: list[Publication
         }:
             return False
     return True
-
-
-def _timed(work: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
 
 
 def _figures(
