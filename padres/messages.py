@@ -34,6 +34,7 @@ __all__ = [
     "Unsubscribe",
     "VarType",
     "Variable",
+    "check_id",
     "check_value",
 ]
 
@@ -53,7 +54,7 @@ def _check_name(name: object, what: str = "attribute name") -> str:
     return name
 
 
-def _check_id(ident: object, what: str) -> str:
+def check_id(ident: object, what: str) -> str:
     if type(ident) is not str or not _ID.fullmatch(ident):
         raise InvalidMessage(
             f"invalid {what} {ident!r}: 1 to 256 characters, no spaces, quotes, commas or brackets"
@@ -208,7 +209,7 @@ class Subscription:
     filter: Filter
 
     def __post_init__(self) -> None:
-        _check_id(self.id, "subscription id")
+        check_id(self.id, "subscription id")
         _constant_filter(self.filter, "a subscription")
 
 
@@ -218,7 +219,7 @@ class Advertisement:
     filter: Filter
 
     def __post_init__(self) -> None:
-        _check_id(self.id, "advertisement id")
+        check_id(self.id, "advertisement id")
         _constant_filter(self.filter, "an advertisement")
 
 
@@ -285,7 +286,7 @@ class CompositeSubscription:
     patterns: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_id(self.id, "subscription id")
+        check_id(self.id, "subscription id")
         filters = tuple(_leaves(self.expression))
         seen: dict[str, tuple[VarType, bool]] = {}
         for leaf in filters:
@@ -312,9 +313,9 @@ class Publication:
     publisher: str = ""
 
     def __post_init__(self) -> None:
-        _check_id(self.id, "publication id")
+        check_id(self.id, "publication id")
         if self.publisher:
-            _check_id(self.publisher, "publisher id")
+            check_id(self.publisher, "publisher id")
         if self.timestamp.tzinfo is None:
             raise InvalidMessage("publication timestamp must carry a time zone")
         attrs = dict(self.attributes)
@@ -338,7 +339,7 @@ class Unsubscribe:
     subscription_id: str
 
     def __post_init__(self) -> None:
-        _check_id(self.subscription_id, "subscription id")
+        check_id(self.subscription_id, "subscription id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +347,7 @@ class Unadvertise:
     advertisement_id: str
 
     def __post_init__(self) -> None:
-        _check_id(self.advertisement_id, "advertisement id")
+        check_id(self.advertisement_id, "advertisement id")
 
 
 Message: TypeAlias = (

@@ -20,7 +20,7 @@ from padres.messages import (
 )
 from rete.operators import Op, Value
 
-__all__ = ["format_batch_line", "format_message", "format_value"]
+__all__ = ["format_batch_line", "format_filter", "format_message", "format_value"]
 
 _ESCAPE: Final = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
@@ -42,13 +42,13 @@ def _predicate(p: Predicate) -> str:
     return f"[{p.attribute},{p.op},{format_value(p.value)}]"
 
 
-def _filter(f: Filter) -> str:
+def format_filter(f: Filter) -> str:
     return ",".join(_predicate(p) for p in f.predicates)
 
 
 def _expression(expr: Expression, nested: bool = False) -> str:
     if isinstance(expr, Filter):
-        return "{" + _filter(expr) + "}"
+        return "{" + format_filter(expr) + "}"
     joiner = " & " if isinstance(expr, AllOf) else " || "
     text = joiner.join(_expression(part, nested=True) for part in expr.parts)
     return f"({text})" if nested else text
@@ -60,7 +60,7 @@ def format_message(message: Message) -> str:
         case Publication():
             return ",".join(f"[{k},{format_value(v)}]" for k, v in message.attributes.items())
         case Subscription() | Advertisement():
-            return _filter(message.filter)
+            return format_filter(message.filter)
         case CompositeSubscription():
             return _expression(message.expression)
         case Unsubscribe():

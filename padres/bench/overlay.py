@@ -1,0 +1,415 @@
+"""``padres bench overlay``: a random cyclic overlay of broker cores, checked against an oracle.
+
+Clients attached to random brokers advertise, subscribe, subscribe to composites, publish,
+unsubscribe, unadvertise and leave, interleaved in rounds: each round's operations are issued
+in random order while the overlay is still routing earlier ones (the scheduler interleaves the
+messages of all links at random), and the round ends when the overlay is quiet. Then every
+delivery of the round is checked against a global oracle that knows every subscription:
+
+- a publication reaches each client at most once;
+- it reaches only subscriptions it matches;
+- it reaches every matching subscription that was in place before the round began and was
+  not touched during it, when its publisher's advertisement was in place likewise (what was
+  changed during the round may or may not see the round's publications: both are right);
+- a composite subscription in place for a round reports exactly the matches the reference
+  matcher finds among the publications that reached its broker, and every publication it
+  needed reached that broker.
+
+At the end every client leaves and every routing table of the overlay must be empty.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from padres.bench import machine
+from padres.broker import Covering, routing_filter
+from padres.matching import CompositeMatch, filter_bindings, matches
+from padres.messages import (
+    Advertisement,
+    AllOf,
+    CompositeSubscription,
+    Filter,
+    Predicate,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+    Variable,
+)
+from padres.reference import ReferenceMatcher
+from padres.simulation import SimClient, Simulation
+from rete.operators import Op
+
+__all__ = ["report", "run"]
+
+_CLASSES = ("Order", "Quote", "Alert")
+_SYMBOLS = ("ab", "ac", "ba", "bb", "ca")
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def topology(brokers: int, extra: float, rng: random.Random) -> list[tuple[str, str]]:
+    """A random connected graph: a random tree plus ``extra`` times as many other edges."""
+    names = [f"B{i}" for i in range(brokers)]
+    edges = {(names[rng.randrange(i)], names[i]) for i in range(1, brokers)}
+    for _ in range(int(extra * brokers)):
+        a, b = rng.sample(names, 2)
+        if (a, b) not in edges and (b, a) not in edges:
+            edges.add((a, b))
+    return sorted(edges)
+
+
+def _predicate(rng: random.Random, attribute: str) -> Predicate:
+    if attribute == "sym":
+        op = rng.choice((Op.EQ, Op.NEQ, Op.STR_PREFIX, Op.IS_PRESENT))
+        value: Any = rng.choice(_SYMBOLS) if op is not Op.STR_PREFIX else rng.choice("abc")
+        return Predicate(attribute, op, None if op is Op.IS_PRESENT else value)
+    op = rng.choice((Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ_NUM, Op.NE_NUM, Op.IS_PRESENT))
+    return Predicate(attribute, op, None if op is Op.IS_PRESENT else rng.randint(0, 20))
+
+
+def random_filter(rng: random.Random, cls: str | None = None, most: int = 2) -> Filter:
+    preds = [Predicate("class", Op.EQ, cls or rng.choice(_CLASSES))]
+    for attribute in rng.sample(("x", "y", "sym"), rng.randint(0, most)):
+        preds.append(_predicate(rng, attribute))
+    return Filter(tuple(preds))
+
+
+def _publication(rng: random.Random, adv: Filter, ident: str) -> Publication | None:
+    """A publication that conforms to ``adv`` (None if random tries find none)."""
+    for _ in range(50):
+        attrs: dict[str, Any] = {"class": adv.class_name}
+        for attribute in {p.attribute for p in adv.predicates} - {"class"}:
+            attrs[attribute] = rng.choice(_SYMBOLS) if attribute == "sym" else rng.randint(0, 20)
+        pub = Publication(ident, attrs, _EPOCH, "")
+        if matches(adv, pub):
+            return pub
+    return None
+
+
+def _composite(rng: random.Random, ident: str) -> CompositeSubscription:
+    x = Variable("S")
+    parts = [
+        Filter(
+            (
+                Predicate("class", Op.EQ, cls),
+                Predicate("sym", Op.EQ, x),
+                *random_filter(rng, cls, 1).predicates[1:],
+            )
+        )
+        for cls in rng.sample(_CLASSES, 2)
+    ]
+    return CompositeSubscription(ident, AllOf(tuple(parts)))
+
+
+@dataclass
+class _Held:
+    """A subscription or advertisement the oracle knows: whose, what, since which round."""
+
+    client: str
+    filter: Filter
+    since: int
+    composite: CompositeSubscription | None = None
+
+
+@dataclass
+class Oracle:
+    round: int = 0
+    subs: dict[tuple[str, str], _Held] = field(default_factory=dict)
+    advs: dict[tuple[str, str], _Held] = field(default_factory=dict)
+    touched: set[tuple[str, str]] = field(default_factory=set)
+    pubs: list[tuple[Publication, str, str]] = field(default_factory=list)
+    """This round's publications: publication, publisher, advertisement id it conforms to."""
+    violations: list[str] = field(default_factory=list)
+    checked: int = 0
+    deliveries: int = 0
+    composite_matches: int = 0
+
+    def settled(self, key: tuple[str, str], held: _Held) -> bool:
+        return held.since < self.round and key not in self.touched
+
+
+class Driver:
+    """Issues random operations into a simulation and checks each round against the oracle."""
+
+    def __init__(self, sim: Simulation, clients: int, rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.oracle = Oracle()
+        names = sorted(sim.brokers)
+        self.clients = [sim.attach(f"c{i}", rng.choice(names)) for i in range(clients)]
+        self.live = {c.name: c for c in self.clients}
+        self._ids = 0
+        self._offsets: dict[str, int] = {}
+        self._consumed: dict[str, int] = {c.name: 0 for c in self.clients}
+        sim.run()
+
+    def _next(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def round(self, operations: int) -> None:
+        o = self.oracle
+        o.round += 1
+        o.touched.clear()
+        o.pubs.clear()
+        self._offsets = {b: len(seen) for b, seen in self.sim.seen.items()}
+        ops = self.rng.choices(
+            ("adv", "unadv", "sub", "unsub", "cs", "pub", "pub", "pub", "leave"),
+            weights=(3, 1, 4, 1, 1, 6, 6, 6, 0.2),
+            k=operations,
+        )
+        for op in ops:
+            getattr(self, f"_op_{op}")()
+            self.sim.step(self.rng.randint(0, 30))
+        self.sim.run()
+        self._check()
+
+    # -- operations --------------------------------------------------------------------------
+
+    def _client(self) -> SimClient | None:
+        return self.live[self.rng.choice(sorted(self.live))] if self.live else None
+
+    def _mine(self, held: dict[tuple[str, str], _Held], composite: bool = False) -> Any:
+        keys = [k for k, h in held.items() if (h.composite is not None) == composite]
+        return self.rng.choice(sorted(keys)) if keys else None
+
+    def _op_adv(self) -> None:
+        client = self._client()
+        if client is None:
+            return
+        aid = self._next("a")
+        flt = random_filter(self.rng)
+        self.oracle.advs[(client.name, aid)] = _Held(client.name, flt, self.oracle.round)
+        self.oracle.touched.add((client.name, aid))
+        self.sim.send(client, Advertisement(aid, flt))
+
+    def _op_unadv(self) -> None:
+        key = self._mine(self.oracle.advs)
+        if key is not None:
+            del self.oracle.advs[key]
+            self.oracle.touched.add(key)
+            self.sim.send(self.live[key[0]], Unadvertise(key[1]))
+
+    def _op_sub(self) -> None:
+        client = self._client()
+        if client is None:
+            return
+        sid = self._next("s")
+        flt = random_filter(self.rng)
+        self.oracle.subs[(client.name, sid)] = _Held(client.name, flt, self.oracle.round)
+        self.oracle.touched.add((client.name, sid))
+        self.sim.send(client, Subscription(sid, flt))
+
+    def _op_cs(self) -> None:
+        client = self._client()
+        if client is None:
+            return
+        sid = self._next("s")
+        cs = _composite(self.rng, sid)
+        held = _Held(client.name, cs.filters[0], self.oracle.round, cs)
+        self.oracle.subs[(client.name, sid)] = held
+        self.oracle.touched.add((client.name, sid))
+        self.sim.send(client, cs)
+
+    def _op_unsub(self) -> None:
+        key = self._mine(self.oracle.subs, composite=self.rng.random() < 0.2)
+        if key is not None:
+            del self.oracle.subs[key]
+            self.oracle.touched.add(key)
+            self.sim.send(self.live[key[0]], Unsubscribe(key[1]))
+
+    def _op_pub(self) -> None:
+        key = self._mine(self.oracle.advs)
+        if key is None:
+            return
+        pub = _publication(self.rng, self.oracle.advs[key].filter, self._next("p"))
+        if pub is not None:
+            self.oracle.pubs.append((pub, key[0], key[1]))
+            self.sim.send(self.live[key[0]], pub)
+
+    def _op_leave(self) -> None:
+        client = self._client()
+        if client is None:
+            return
+        self.leave(client)
+
+    def leave(self, client: SimClient) -> None:
+        o = self.oracle
+        for held in (o.subs, o.advs):
+            for key in [k for k in held if k[0] == client.name]:
+                del held[key]
+                o.touched.add(key)
+        del self.live[client.name]
+        self.sim.detach(client)
+
+    # -- the oracle --------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        o = self.oracle
+        by_id = {pub.id: (pub, publisher, aid) for pub, publisher, aid in o.pubs}
+        mine: dict[str, list[tuple[tuple[str, str], _Held]]] = {}
+        for key, held in o.subs.items():
+            if held.composite is None:
+                mine.setdefault(key[0], []).append((key, held))
+        for client in self.clients:
+            fresh = client.notifications[self._consumed[client.name] :]
+            self._consumed[client.name] = len(client.notifications)
+            got: dict[str, set[str]] = {}
+            for note in fresh:
+                pid = note.publication.id
+                if pid in got:
+                    o.violations.append(f"{client.name} received {pid} twice")
+                got[pid] = set(note.subscriptions)
+                o.deliveries += 1
+            for pid, (pub, publisher, aid) in by_id.items():
+                received = got.get(pid, set())
+                adv_ok = (publisher, aid) in o.advs and o.settled(
+                    (publisher, aid), o.advs[(publisher, aid)]
+                )
+                for sid in received:
+                    key = (client.name, sid)
+                    known = o.subs.get(key)
+                    if known is None and key not in o.touched:
+                        o.violations.append(f"{client.name} got {pid} for unknown {sid}")
+                    elif known is not None and not matches(known.filter, pub):
+                        o.violations.append(f"{client.name} got {pid} for {sid}, not matching")
+                if not adv_ok or not client.connected:
+                    continue
+                for key, held in mine.get(client.name, ()):
+                    if o.settled(key, held) and matches(held.filter, pub):
+                        o.checked += 1
+                        if key[1] not in received:
+                            o.violations.append(f"{client.name} missed {pid} for {key[1]}")
+        self._check_composites(by_id)
+
+    def _check_composites(self, by_id: dict[str, tuple[Publication, str, str]]) -> None:
+        o = self.oracle
+        for key, held in o.subs.items():
+            cs = held.composite
+            if cs is None or not o.settled(key, held):
+                continue
+            client = self.sim.clients[key[0]]
+            broker = client.broker
+            arrived = self.sim.seen[broker][self._offsets[broker] :]
+            arrived_ids = {p.id for p in arrived}
+            for pid, (pub, publisher, aid) in by_id.items():
+                adv = o.advs.get((publisher, aid))
+                if adv is None or not o.settled((publisher, aid), adv):
+                    continue
+                needed = any(matches(routing_filter(f), pub) for f in cs.filters)
+                if needed and pid not in arrived_ids:
+                    o.violations.append(f"{pid} never reached {broker} for composite {key[1]}")
+            reference = ReferenceMatcher(self.sim.limits)
+            reference.add(cs)
+            expected = {m.key() for p in arrived for m in reference.match(p).composites}
+            got = {
+                CompositeMatch(n.subscription, n.publications, n.bindings).key()
+                for n in client.composites
+                if n.subscription == key[1] and all(p.id in arrived_ids for p in n.publications)
+            }
+            for n in client.composites:
+                if n.subscription == key[1] and not _sound(cs, n.publications, n.bindings):
+                    o.violations.append(f"composite {key[1]} reported an invalid match")
+            o.composite_matches += len(got)
+            if got != expected:
+                o.violations.append(
+                    f"composite {key[1]} at {broker}: {len(got - expected)} unexpected, "
+                    f"{len(expected - got)} missing matches"
+                )
+
+    def finish(self) -> None:
+        for client in list(self.live.values()):
+            self.leave(client)
+        self.sim.run()
+        if not self.sim.tables_empty():
+            left = [b.id for b in self.sim.brokers.values() if not b.is_empty()]
+            self.oracle.violations.append(f"routing state left at {', '.join(left[:5])}")
+
+
+def _sound(cs: CompositeSubscription, pubs: tuple[Publication, ...], bindings: Any) -> bool:
+    if len({p.id for p in pubs}) != len(pubs):
+        return False
+    for pattern in cs.patterns:
+        if len(pattern) != len(pubs):
+            continue
+        bound: dict[str, Any] | None = {}
+        for leaf, pub in zip(pattern, pubs, strict=True):
+            bound = filter_bindings(cs.filters[leaf], pub, bound)
+            if bound is None:
+                break
+        if bound is not None and bound == dict(bindings):
+            return True
+    return False
+
+
+def run(
+    brokers: int = 100,
+    clients: int = 1000,
+    rounds: int = 10,
+    operations: int = 300,
+    seed: int = 1,
+    covering: Covering = Covering.LAZY,
+    extra_links: float = 0.5,
+) -> dict[str, Any]:
+    """Build the overlay, run the rounds, check them; returns figures and any violations."""
+    rng = random.Random(seed)
+    sim = Simulation(seed, covering=covering)
+    started = time.perf_counter()
+    for i in range(brokers):
+        sim.add_broker(f"B{i}")
+    edges = topology(brokers, extra_links, rng)
+    for a, b in edges:
+        sim.link(a, b)
+    sim.run()
+    driver = Driver(sim, clients, rng)
+    for _ in range(rounds):
+        driver.round(operations)
+    peak_routes = sum(len(b.routes) for b in sim.brokers.values())
+    peak_trees = sum(len(b.trees) for b in sim.brokers.values())
+    driver.finish()
+    elapsed = time.perf_counter() - started
+    o = driver.oracle
+    return {
+        "machine": machine(),
+        "brokers": brokers,
+        "links": len(edges),
+        "clients": clients,
+        "rounds": rounds,
+        "operations": rounds * operations,
+        "covering": covering.value,
+        "seed": seed,
+        "messages": sim.delivered,
+        "deliveries": o.deliveries,
+        "checked": o.checked,
+        "composite_matches": o.composite_matches,
+        "routes_at_end_of_rounds": peak_routes,
+        "trees_at_end_of_rounds": peak_trees,
+        "seconds": elapsed,
+        "messages_per_second": sim.delivered / elapsed,
+        "violations": o.violations,
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['brokers']} brokers, {result['links']} links (cyclic), {result['clients']} "
+        f"clients, {result['operations']:,} operations in {result['rounds']} rounds, "
+        f"covering {result['covering']}, seed {result['seed']}",
+        f"  {result['messages']:,} messages routed in {result['seconds']:.1f} s "
+        f"({result['messages_per_second']:,.0f} per second, one process)",
+        f"  {result['deliveries']:,} deliveries; {result['checked']:,} required deliveries "
+        f"checked; {result['composite_matches']:,} composite matches checked",
+        f"  routing entries at the end of the rounds: {result['routes_at_end_of_rounds']:,} "
+        f"subscriptions, {result['trees_at_end_of_rounds']:,} advertisements",
+        f"  oracle: {len(result['violations'])} violations"
+        + "".join(f"\n    {v}" for v in result["violations"][:20]),
+        "  after every client left: every routing table empty"
+        if not any("routing state left" in v for v in result["violations"])
+        else "",
+    ]
+    return "\n".join(line for line in lines if line)

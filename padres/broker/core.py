@@ -1,0 +1,446 @@
+"""One broker's logic as a state machine: a message arrives from a hop, messages go out.
+
+``Broker.handle(message, hop, now)`` returns ``[(hop, message), ...]`` to send. It opens no
+socket, starts no thread and reads no clock; the runtime (``padres.runtime``) and the in-process
+simulation (``padres.simulation``) are thin shells that carry its messages.
+
+A *hop* is the runtime's name for one connection: a client or a neighbour broker. Each
+connection starts with ``Hello`` (client or broker); a broker link starts when either side calls
+``open_link`` and is torn down with ``close``.
+
+Routing, as in PADRES and SIENA, over advertisement trees (see ``trees`` and ``routes``):
+
+- an advertisement floods the overlay along a spanning tree rooted at its publisher's broker;
+- a subscription travels up every tree holding an advertisement it overlaps, toward its root;
+- a publication travels down the tree of an advertisement it conforms to, to the neighbours
+  that sent a matching subscription for that tree, and to local subscribers.
+
+A tree spans the overlay once whatever its cycles, so no publication reaches a broker twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import replace
+
+from padres.broker.routes import Covering, Out, Routes
+from padres.broker.session import LocalAdvertisement, Session
+from padres.broker.trees import Tree, Trees
+from padres.matching import matches
+from padres.messages import (
+    Advertisement,
+    CompositeSubscription,
+    Filter,
+    Predicate,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+    check_id,
+)
+from padres.printer import format_filter
+from padres.protocol import (
+    CompositeNotify,
+    Envelope,
+    Error,
+    Hello,
+    Notify,
+    Ok,
+    Query,
+    QueryResult,
+    Role,
+    RouteAdvertise,
+    RoutePublish,
+    RouteSubscribe,
+    RouteUnadvertise,
+    RouteUnsubscribe,
+    Welcome,
+)
+from padres.relations import covers
+from padres.rete_engine import to_composite
+from rete import CompositeLimits, Network
+from rete.operators import Op
+
+__all__ = ["Broker", "Covering", "Out"]
+
+
+def routing_filter(flt: Filter) -> Filter:
+    """A composite part as an atomic filter: a variable predicate only asks for the attribute."""
+    return Filter(
+        tuple(
+            Predicate(p.attribute, Op.IS_PRESENT) if p.variable is not None else p
+            for p in flt.predicates
+        )
+    )
+
+
+class Broker:
+    """A content-based publish/subscribe broker, without I/O (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker_id: str,
+        *,
+        covering: Covering = Covering.LAZY,
+        conformity: bool = True,
+        limits: CompositeLimits | None = None,
+        epoch: str = "0",
+        memory: float = 60.0,
+    ) -> None:
+        """``conformity``: refuse a publication that matches none of its publisher's
+        advertisements (it could not be routed reliably). ``epoch`` makes the overlay-wide ids
+        this broker assigns differ from those of an earlier run under the same id. ``memory``:
+        for how many seconds a withdrawn advertisement's id is remembered, so that a late copy
+        still travelling a longer path of a cyclic overlay is not taken for a new one."""
+        self.id = check_id(broker_id, "broker id")
+        self.conformity = conformity
+        self.trees = Trees()
+        self.network = Network(limits)
+        self.routes = Routes(self.trees, self.network, covering)
+        self.last_heard: dict[str, float] = {}
+        self._epoch = epoch
+        self._counter = 0
+        self._sessions: dict[str, Session] = {}
+        self._names: set[str] = set()
+        self._peers: dict[str, str] = {}
+        self._hello_sent: set[str] = set()
+        self._local: dict[str, LocalAdvertisement] = {}
+        self._composites: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._memory = memory
+        self._withdrawn: dict[str, float] = {}
+        self._withdrawals: deque[tuple[float, str]] = deque()
+        self._now = 0.0
+
+    @property
+    def covering(self) -> Covering:
+        return self.routes.covering
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """Neighbour brokers: hop -> broker id."""
+        return dict(self._peers)
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        return dict(self._sessions)
+
+    def is_empty(self) -> bool:
+        """Whether no routing state is left (no advertisement, subscription or composite)."""
+        return not (len(self.trees) or len(self.routes) or len(self.network) or self._local)
+
+    # -- links -------------------------------------------------------------------------------
+
+    def open_link(self, hop: str) -> list[Out]:
+        """Start a link to a neighbour broker on ``hop``: greet it."""
+        self._hello_sent.add(hop)
+        return [(hop, Hello(self.id, Role.BROKER))]
+
+    def close(self, hop: str) -> list[Out]:
+        """A connection is gone: a client's subscriptions and advertisements go with it; for a
+        neighbour, what was learned through it is withdrawn from the rest of the overlay."""
+        self._hello_sent.discard(hop)
+        self.last_heard.pop(hop, None)
+        session = self._sessions.pop(hop, None)
+        if session is not None:
+            self._names.discard(session.name)
+            out: list[Out] = []
+            for gid in session.subscriptions.values():
+                out += self.routes.remove_local(gid)
+            for gid in session.composites.values():
+                out += self._remove_composite(gid)
+            for gid in session.advertisements.values():
+                out += self._withdraw(gid)
+            return out
+        if self._peers.pop(hop, None) is None:
+            return []
+        self.routes.brokers.discard(hop)
+        out = []
+        for tree in self.trees:
+            if tree.parent == hop:
+                for aid in list(tree.advertisements):
+                    self.trees.remove(aid)
+                    out += self._flood(RouteUnadvertise(aid, tree.id, lost=True), hop)
+                out += self.routes.tree_shrank(tree.id)
+        return out + self.routes.hop_down(hop)
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def handle(self, message: Envelope, hop: str, now: float = 0.0) -> list[Out]:
+        """Process one message from ``hop`` at time ``now`` (seconds, any epoch)."""
+        self.last_heard[hop] = self._now = now
+        while self._withdrawals and self._withdrawals[0][0] < now - self._memory:
+            self._withdrawn.pop(self._withdrawals.popleft()[1], None)
+        session = self._sessions.get(hop)
+        if session is not None:
+            return self._from_client(message, session)
+        if hop in self._peers:
+            return self._from_broker(message, hop)
+        if isinstance(message, Hello):
+            return self._hello(message, hop)
+        return [(hop, Error("the first message of a connection must be 'hello'"))]
+
+    def _hello(self, hello: Hello, hop: str) -> list[Out]:
+        if hello.role is Role.CLIENT:
+            name = f"{hello.name}@{self.id}"
+            if name in self._names:
+                return [(hop, Error(f"a client named {hello.name!r} is already connected"))]
+            self._names.add(name)
+            self._sessions[hop] = Session(hop, name)
+            return [(hop, Welcome(self.id, name))]
+        if hello.name == self.id:
+            return [(hop, Error(f"broker {self.id} cannot link to itself"))]
+        self._peers[hop] = hello.name
+        self.routes.brokers.add(hop)
+        out = [] if hop in self._hello_sent else self.open_link(hop)
+        for tree in self.trees:
+            if tree.parent != hop and hello.name not in tree.path:
+                out += [(hop, RouteAdvertise(a, tree.id, tree.path)) for a in self._flooded(tree)]
+        return out
+
+    def _from_client(self, message: Envelope, session: Session) -> list[Out]:
+        match message:
+            case Publication():
+                return self._publish(message, session)
+            case Subscription():
+                return self._subscribe(message, session)
+            case CompositeSubscription():
+                return self._subscribe_composite(message, session)
+            case Advertisement():
+                return self._advertise(message, session)
+            case Unsubscribe():
+                return self._unsubscribe(message, session)
+            case Unadvertise():
+                return self._unadvertise(message, session)
+            case Query():
+                return [(session.hop, self._query(message.what))]
+            case _:
+                kind = type(message).__name__
+                return [(session.hop, Error(f"a client may not send {kind} messages"))]
+
+    def _from_broker(self, message: Envelope, hop: str) -> list[Out]:
+        match message:
+            case RoutePublish():
+                return self._deliver(message.publication, message.tree, hop)
+            case RouteSubscribe():
+                return self.routes.arrive(message.subscription, hop, message.trees)
+            case RouteUnsubscribe():
+                return self.routes.depart(message.subscription_id, hop, message.trees)
+            case RouteAdvertise():
+                return self._route_advertise(message, hop)
+            case RouteUnadvertise():
+                return self._route_unadvertise(message, hop)
+            case Error():
+                return []  # never answer an error with an error
+            case _:
+                kind = type(message).__name__
+                return [(hop, Error(f"a broker link may not carry {kind} messages"))]
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        self._counter += 1
+        return f"{self.id}#{self._epoch}.{self._counter}"
+
+    def _publish(self, pub: Publication, session: Session) -> list[Out]:
+        if pub.publisher != session.name:
+            pub = replace(pub, publisher=session.name)
+        tree = self._tree_for(pub, session)
+        if tree is None and self.conformity:
+            return [
+                (
+                    session.hop,
+                    Error(
+                        f"publication {pub.id!r} matches none of the advertisements of "
+                        f"{session.name}: advertise what you publish first",
+                        pub.id,
+                    ),
+                )
+            ]
+        return self._deliver(pub, tree, session.hop)
+
+    def _tree_for(self, pub: Publication, session: Session) -> str | None:
+        """The tree of an advertisement of the publisher that ``pub`` conforms to.
+
+        Without the conformity check a publication that conforms to none takes the tree of the
+        publisher's first advertisement (it reaches the subscriptions routed there only), or,
+        with no advertisement at all, reaches local subscribers only.
+        """
+        first: str | None = None
+        for gid in session.advertisements.values():
+            tree = self.trees.tree_of(gid)
+            if tree is None:
+                continue
+            if matches(tree.advertisements[gid].filter, pub):
+                return tree.id
+            first = first or tree.id
+        return None if self.conformity else first
+
+    def _subscribe(self, sub: Subscription, session: Session) -> list[Out]:
+        if sub.id in session.subscriptions or sub.id in session.composites:
+            return [(session.hop, Error(f"subscription {sub.id!r} already exists", sub.id))]
+        gid = session.subscriptions[sub.id] = self._new_id()
+        out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
+        return [*out, (session.hop, Ok(sub.id))]
+
+    def _subscribe_composite(self, sub: CompositeSubscription, session: Session) -> list[Out]:
+        if sub.id in session.subscriptions or sub.id in session.composites:
+            return [(session.hop, Error(f"subscription {sub.id!r} already exists", sub.id))]
+        gid = session.composites[sub.id] = self._new_id()
+        self.network.add(gid, to_composite(sub))
+        parts = tuple(f"{gid}/{i}" for i in range(len(sub.filters)))
+        self._composites[gid] = (session.hop, sub.id, parts)
+        out: list[Out] = []
+        for pid, flt in zip(parts, sub.filters, strict=True):
+            out += self.routes.add_local(Subscription(pid, routing_filter(flt)), session.hop, None)
+        return [*out, (session.hop, Ok(sub.id))]
+
+    def _unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
+        sid = unsub.subscription_id
+        if sid in session.subscriptions:
+            out = self.routes.remove_local(session.subscriptions.pop(sid))
+        elif sid in session.composites:
+            out = self._remove_composite(session.composites.pop(sid))
+        else:
+            return [(session.hop, Error(f"no subscription {sid!r}", sid))]
+        return [*out, (session.hop, Ok(sid))]
+
+    def _remove_composite(self, gid: str) -> list[Out]:
+        _, _, parts = self._composites.pop(gid)
+        self.network.remove(gid)
+        out: list[Out] = []
+        for pid in parts:
+            out += self.routes.remove_local(pid)
+        return out
+
+    def _advertise(self, adv: Advertisement, session: Session) -> list[Out]:
+        if adv.id in session.advertisements:
+            return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
+        gid = session.advertisements[adv.id] = self._new_id()
+        mine = Advertisement(gid, adv.filter)
+        hider = self._local_coverer(mine)
+        out: list[Out] = []
+        if hider is None:
+            self._local[gid] = LocalAdvertisement(session.hop, gid)
+            self.trees.add(mine, gid, session.hop, (self.id,))
+            out += self._flood(RouteAdvertise(mine, gid, (self.id,)))
+        else:
+            tree = self._local[hider].tree
+            self._local[gid] = LocalAdvertisement(session.hop, tree, hidden_by=hider)
+            self._local[hider].hides.add(gid)
+            self.trees.add(mine, tree, session.hop, (self.id,))
+        out += self.routes.tree_grew(self._local[gid].tree, adv.filter)
+        return [*out, (session.hop, Ok(adv.id))]
+
+    def _local_coverer(self, adv: Advertisement) -> str | None:
+        if self.covering is Covering.OFF:
+            return None
+        for gid, local in self._local.items():
+            if local.hidden_by is None:
+                tree = self.trees.get(local.tree)
+                if tree is not None and covers(tree.advertisements[gid].filter, adv.filter):
+                    return gid
+        return None
+
+    def _unadvertise(self, unadv: Unadvertise, session: Session) -> list[Out]:
+        aid = unadv.advertisement_id
+        gid = session.advertisements.pop(aid, None)
+        if gid is None:
+            return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
+        return [*self._withdraw(gid), (session.hop, Ok(aid))]
+
+    def _withdraw(self, gid: str) -> list[Out]:
+        """Withdraw a local advertisement; the ones it hid are flooded (in its tree) first."""
+        local = self._local.pop(gid)
+        out: list[Out] = []
+        if local.hidden_by is not None:
+            self._local[local.hidden_by].hides.discard(gid)
+        else:
+            tree = self.trees.holding(gid)
+            for hidden in sorted(local.hides):
+                self._local[hidden].hidden_by = None
+                adv = tree.advertisements[hidden]
+                out += self._flood(RouteAdvertise(adv, tree.id, tree.path))
+            out += self._flood(RouteUnadvertise(gid, local.tree))
+        self._forget(gid)
+        self.trees.remove(gid)
+        return out + self.routes.tree_shrank(local.tree)
+
+    def _flooded(self, tree: Tree) -> Iterable[Advertisement]:
+        """The tree's advertisements that went out (not those hidden here by covering)."""
+        for aid, adv in tree.advertisements.items():
+            local = self._local.get(aid)
+            if local is None or local.hidden_by is None:
+                yield adv
+
+    def _flood(self, message: RouteAdvertise | RouteUnadvertise, source: str = "") -> list[Out]:
+        path = message.path if isinstance(message, RouteAdvertise) else ()
+        peers = self._peers.items()
+        return [(hop, message) for hop, name in peers if hop != source and name not in path]
+
+    def _query(self, what: str) -> QueryResult:
+        if what == "advertisements":
+            rows = [
+                f"{adv.id} {format_filter(adv.filter)} tree={tree.id} from={tree.parent}"
+                for tree in self.trees
+                for adv in tree.advertisements.values()
+            ]
+        else:
+            rows = [
+                f"{r.id} {format_filter(r.sub.filter)} "
+                f"from={','.join(sorted(r.arrivals)) or r.owner} "
+                f"to={','.join(sorted({hop for hop, _ in r.sent})) or '-'}"
+                for r in self.routes
+            ]
+        return QueryResult(what, tuple(sorted(rows)))
+
+    # -- brokers -----------------------------------------------------------------------------
+
+    def _route_advertise(self, message: RouteAdvertise, hop: str) -> list[Out]:
+        adv = message.advertisement
+        if (
+            self.id in message.path
+            or adv.id in self._withdrawn
+            or self.trees.tree_of(adv.id) is not None
+        ):
+            return []
+        tree = self.trees.get(message.tree)
+        if tree is not None and tree.parent != hop:
+            return []  # the copy from the tree's parent is the one that counts
+        tree = self.trees.add(adv, message.tree, hop, (*message.path, self.id))
+        out = self._flood(RouteAdvertise(adv, tree.id, tree.path), hop)
+        return out + self.routes.tree_grew(tree.id, adv.filter)
+
+    def _route_unadvertise(self, message: RouteUnadvertise, hop: str) -> list[Out]:
+        tree = self.trees.tree_of(message.advertisement_id)
+        if tree is None:
+            return []
+        if tree.parent != hop:
+            if message.lost and self._peers[hop] not in tree.path:
+                # The neighbour lost the tree with a failed link; it can have it through us.
+                return [(hop, RouteAdvertise(a, tree.id, tree.path)) for a in self._flooded(tree)]
+            return []
+        self.trees.remove(message.advertisement_id)
+        if not message.lost:
+            self._forget(message.advertisement_id)
+        out = self._flood(message, hop)
+        return out + self.routes.tree_shrank(tree.id)
+
+    def _forget(self, advertisement_id: str) -> None:
+        self._withdrawn[advertisement_id] = self._now
+        self._withdrawals.append((self._now, advertisement_id))
+
+    # -- publications ------------------------------------------------------------------------
+
+    def _deliver(self, pub: Publication, tree: str | None, source: str) -> list[Out]:
+        owners, hops, activations = self.routes.match(pub, tree, source)
+        out: list[Out] = []
+        if tree is not None:
+            message = RoutePublish(pub, tree)
+            out += [(hop, message) for hop in sorted(hops)]
+        out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
+        for activation in activations:
+            owner, local_id, _ = self._composites[activation.id]
+            facts: tuple[Publication, ...] = activation.facts
+            out.append((owner, CompositeNotify(local_id, facts, activation.bindings)))
+        return out

@@ -1,0 +1,362 @@
+"""The publication routing table (PRT): where each subscription came from and where it was sent.
+
+Every subscription a broker knows sits once in a Rete network (``rete.Network``), so matching a
+publication against all of them is one ``match`` call. Beside it, each subscription's route says
+
+- which local client owns it (a subscription made here), and under which id to notify it;
+- ``arrivals``: the neighbours that sent it here, and for which advertisement trees; a
+  publication travelling down tree T goes to the neighbours that sent a matching subscription
+  for T, which are T's children that asked for it;
+- ``sent``: the (neighbour, tree) *slots* it was forwarded to, toward the roots of those trees.
+
+Covering: a subscription is not forwarded to a slot where one covering it has been forwarded
+(it is *hidden* behind that one); when the covering one leaves the slot, the hidden ones are
+placed again (sent, or hidden behind another) *before* the covering one is withdrawn, so no
+publication is missed in between. ``ACTIVE`` covering also withdraws, from the slot, the
+subscriptions a newly sent one covers. The search for a covering subscription looks at
+identical filters first and then at up to ``COVER_SCAN`` others of the same class: a missed
+covering only makes a table larger, never changes a delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import islice
+from typing import Final, TypeAlias
+
+from padres.broker.trees import Trees
+from padres.messages import Filter, Publication, Subscription
+from padres.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
+from padres.relations import covers, overlaps
+from padres.rete_engine import to_conjunction
+from rete import Activation, Network
+
+__all__ = ["COVER_SCAN", "Covering", "Out", "Route", "Routes"]
+
+COVER_SCAN: Final = 64
+
+Out: TypeAlias = tuple[str, Envelope]
+"""A message to send, and the hop to send it to."""
+
+Slot: TypeAlias = tuple[str, str]
+"""(neighbour hop, tree id): one place a subscription can be forwarded to."""
+
+
+class Covering(StrEnum):
+    """How subscriptions covered by others are handled (PADRES' modes)."""
+
+    OFF = "off"
+    """Every subscription is forwarded."""
+    LAZY = "lazy"
+    """A new subscription covered by one already forwarded is not forwarded."""
+    ACTIVE = "active"
+    """Also: forwarding a subscription withdraws the ones it covers from that slot."""
+
+
+@dataclass(eq=False)
+class Route:
+    sub: Subscription
+    owner: str | None = None
+    """The local client's hop, for a subscription made at this broker."""
+    notify_as: str | None = None
+    """The id the owner knows it by; None for a part of a composite subscription."""
+    trees: set[str] = field(default_factory=set)
+    """For a local subscription: the trees with an advertisement it overlaps."""
+    arrivals: dict[str, set[str]] = field(default_factory=dict)
+    sent: set[Slot] = field(default_factory=set)
+    hidden_by: dict[Slot, str] = field(default_factory=dict)
+    hides: dict[Slot, set[str]] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.sub.id
+
+
+class Routes:
+    """Subscriptions with their routes, and the Rete network that matches publications."""
+
+    def __init__(self, trees: Trees, network: Network, covering: Covering) -> None:
+        self.trees = trees
+        self.network = network
+        self.covering = covering
+        self.brokers: set[str] = set()
+        """The hops that are neighbour brokers (subscriptions are never sent to clients)."""
+        self._routes: dict[str, Route] = {}
+        self._local: dict[str, dict[str, Route]] = {}
+        self._on_tree: dict[str, set[str]] = {}
+        self._sent_at: dict[Slot, dict[str, dict[Filter, dict[str, None]]]] = {}
+        """slot -> class -> filter -> ids of the subscriptions forwarded there."""
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def __iter__(self) -> Iterator[Route]:
+        return iter(list(self._routes.values()))
+
+    def get(self, subscription_id: str) -> Route | None:
+        return self._routes.get(subscription_id)
+
+    def forwarded(self) -> int:
+        """How many (subscription, slot) pairs are forwarded: the size of upstream tables."""
+        return sum(len(r.sent) for r in self._routes.values())
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def add_local(self, sub: Subscription, owner: str, notify_as: str | None) -> list[Out]:
+        route = Route(sub, owner, notify_as)
+        self._insert(route)
+        self._local.setdefault(sub.filter.class_name, {})[sub.id] = route
+        route.trees = self.trees.overlapping(sub.filter)
+        self._watch(route, route.trees)
+        return self._refresh(route)
+
+    def arrive(self, sub: Subscription, hop: str, trees: Iterable[str]) -> list[Out]:
+        """``hop`` sent ``sub`` for ``trees``; trees unknown here or not led by us are ignored."""
+        valid = {t for t in trees if (tree := self.trees.get(t)) and tree.parent != hop}
+        if not valid:
+            return []
+        route = self._routes.get(sub.id)
+        if route is None:
+            route = Route(sub)
+            self._insert(route)
+        route.arrivals.setdefault(hop, set()).update(valid)
+        self._watch(route, valid)
+        return self._refresh(route)
+
+    def depart(self, subscription_id: str, hop: str, trees: Iterable[str]) -> list[Out]:
+        route = self._routes.get(subscription_id)
+        if route is None or hop not in route.arrivals:
+            return []
+        route.arrivals[hop].difference_update(trees)
+        if not route.arrivals[hop]:
+            del route.arrivals[hop]
+        return self._refresh(route)
+
+    def remove_local(self, subscription_id: str) -> list[Out]:
+        route = self._routes[subscription_id]
+        del self._local[route.sub.filter.class_name][subscription_id]
+        if not self._local[route.sub.filter.class_name]:
+            del self._local[route.sub.filter.class_name]
+        route.owner = route.notify_as = None
+        route.trees.clear()
+        return self._refresh(route)
+
+    def tree_grew(self, tree_id: str, flt: Filter) -> list[Out]:
+        """An advertisement with filter ``flt`` joined a tree: local subscriptions follow it."""
+        out: list[Out] = []
+        for route in list(self._local.get(flt.class_name, {}).values()):
+            if tree_id not in route.trees and overlaps(route.sub.filter, flt):
+                route.trees.add(tree_id)
+                self._watch(route, (tree_id,))
+                out += self._refresh(route)
+        return out
+
+    def tree_shrank(self, tree_id: str) -> list[Out]:
+        """An advertisement left a tree (or the tree is gone): re-check who still follows it."""
+        out: list[Out] = []
+        tree = self.trees.get(tree_id)
+        for sid in self._on_tree.pop(tree_id, set()):
+            route = self._routes.get(sid)
+            if route is None:
+                continue
+            if tree is None:
+                route.trees.discard(tree_id)
+                for hop in [h for h, ts in route.arrivals.items() if tree_id in ts]:
+                    route.arrivals[hop].discard(tree_id)
+                    if not route.arrivals[hop]:
+                        del route.arrivals[hop]
+                self._forget_slots(route, lambda slot: slot[1] == tree_id)
+            elif tree_id in route.trees and not self.trees.tree_overlaps(tree, route.sub.filter):
+                route.trees.discard(tree_id)
+            if tree is not None and self._involved(route, tree_id):
+                self._on_tree.setdefault(tree_id, set()).add(sid)
+            out += self._refresh(route)
+        return out
+
+    def hop_down(self, hop: str) -> list[Out]:
+        """A neighbour is gone: forget what it sent and what was sent to it."""
+        self.brokers.discard(hop)
+        out: list[Out] = []
+        for route in list(self._routes.values()):
+            touched = route.arrivals.pop(hop, None) is not None
+            if any(slot[0] == hop for slot in (*route.sent, *route.hidden_by)):
+                self._forget_slots(route, lambda slot: slot[0] == hop)
+                touched = True
+            if touched:
+                out += self._refresh(route)
+        return out
+
+    # -- matching ----------------------------------------------------------------------------
+
+    def match(
+        self, pub: Publication, tree: str | None, source: str
+    ) -> tuple[dict[str, list[str]], set[str], list[Activation]]:
+        """Who gets ``pub``: local owners with their subscription ids, neighbour hops to
+        forward it to (down ``tree``, never back to ``source``), and composite activations."""
+        result = self.network.match(pub)
+        owners: dict[str, list[str]] = {}
+        hops: set[str] = set()
+        routes = self._routes
+        for sid in result.conditions:
+            route = routes[sid]
+            if route.notify_as is not None and route.owner is not None:
+                owners.setdefault(route.owner, []).append(route.notify_as)
+            if tree is not None:
+                for hop, trees in route.arrivals.items():
+                    if tree in trees:
+                        hops.add(hop)
+        hops.discard(source)
+        return owners, hops, result.activations
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _insert(self, route: Route) -> None:
+        self._routes[route.id] = route
+        self.network.add(route.id, to_conjunction(route.sub.filter))
+
+    def _watch(self, route: Route, trees: Iterable[str]) -> None:
+        for t in trees:
+            self._on_tree.setdefault(t, set()).add(route.id)
+
+    @staticmethod
+    def _involved(route: Route, tree_id: str) -> bool:
+        return tree_id in route.trees or any(tree_id in ts for ts in route.arrivals.values())
+
+    def _wanted(self, route: Route) -> set[Slot]:
+        trees = set(route.trees)
+        for ts in route.arrivals.values():
+            trees |= ts
+        out: set[Slot] = set()
+        for t in trees:
+            tree = self.trees.get(t)
+            if tree is not None and tree.parent in self.brokers:
+                out.add((tree.parent, t))
+        return out
+
+    def _refresh(self, route: Route) -> list[Out]:
+        """Bring the route's forwarding in line with what it wants now; drop it when unused."""
+        wanted = self._wanted(route)
+        out: list[Out] = []
+        for slot in [s for s in route.sent if s not in wanted]:
+            out += self._unsend(route, slot)
+        for slot in [s for s in route.hidden_by if s not in wanted]:
+            self._unhide(route, slot)
+        additions: list[Out] = []
+        for slot in sorted(wanted - route.sent - route.hidden_by.keys()):
+            additions += self._place(route, slot)
+        out += _batched(additions)
+        if route.owner is None and not route.arrivals:
+            self._drop(route)
+        return out
+
+    def _drop(self, route: Route) -> None:
+        del self._routes[route.id]
+        self.network.remove(route.id)
+
+    def _place(self, route: Route, slot: Slot) -> list[Out]:
+        """Forward ``route`` to ``slot``, or hide it behind a subscription covering it there."""
+        if self.covering is not Covering.OFF:
+            coverer = self._coverer(route, slot)
+            if coverer is not None:
+                route.hidden_by[slot] = coverer.id
+                coverer.hides.setdefault(slot, set()).add(route.id)
+                return []
+        route.sent.add(slot)
+        flt = route.sub.filter
+        self._sent_at.setdefault(slot, {}).setdefault(flt.class_name, {}).setdefault(flt, {})[
+            route.id
+        ] = None
+        out: list[Out] = [(slot[0], RouteSubscribe(route.sub, (slot[1],)))]
+        if self.covering is Covering.ACTIVE:
+            for other in self._covered_by(route, slot):
+                self._unindex(other, slot)
+                moved = other.hides.pop(slot, set())
+                for sid in moved:
+                    self._routes[sid].hidden_by[slot] = route.id
+                route.hides.setdefault(slot, set()).update(moved | {other.id})
+                other.hidden_by[slot] = route.id
+                out.append((slot[0], RouteUnsubscribe(other.id, (slot[1],))))
+        return out
+
+    def _unsend(self, route: Route, slot: Slot) -> list[Out]:
+        """Withdraw ``route`` from ``slot``, placing what it hid there first."""
+        self._unindex(route, slot)
+        out: list[Out] = []
+        for sid in sorted(route.hides.pop(slot, set())):
+            hidden = self._routes[sid]
+            del hidden.hidden_by[slot]
+            out += self._place(hidden, slot)
+        out.append((slot[0], RouteUnsubscribe(route.id, (slot[1],))))
+        return out
+
+    def _unhide(self, route: Route, slot: Slot) -> None:
+        coverer = self._routes[route.hidden_by.pop(slot)]
+        coverer.hides[slot].discard(route.id)
+        if not coverer.hides[slot]:
+            del coverer.hides[slot]
+
+    def _unindex(self, route: Route, slot: Slot) -> None:
+        route.sent.discard(slot)
+        flt = route.sub.filter
+        by_class = self._sent_at[slot]
+        by_filter = by_class[flt.class_name]
+        same = by_filter[flt]
+        del same[route.id]
+        if not same:
+            del by_filter[flt]
+            if not by_filter:
+                del by_class[flt.class_name]
+                if not by_class:
+                    del self._sent_at[slot]
+
+    def _forget_slots(self, route: Route, gone: Callable[[Slot], bool]) -> None:
+        """Forget slots that no longer exist (their neighbour or tree is gone): nothing to send."""
+        for slot in [s for s in route.sent if gone(s)]:
+            self._unindex(route, slot)
+            for sid in route.hides.pop(slot, set()):
+                self._routes[sid].hidden_by.pop(slot, None)
+        for slot in [s for s in route.hidden_by if gone(s)]:
+            self._unhide(route, slot)
+
+    def _candidates(self, route: Route, slot: Slot) -> Iterator[Route]:
+        mine = route.sub.filter
+        by_filter = self._sent_at.get(slot, {}).get(mine.class_name, {})
+        same = by_filter.get(mine)
+        if same:
+            yield from (self._routes[sid] for sid in same if sid != route.id)
+        others = (
+            self._routes[sid] for flt, sids in by_filter.items() if flt != mine for sid in sids
+        )
+        yield from islice(others, COVER_SCAN)
+
+    def _coverer(self, route: Route, slot: Slot) -> Route | None:
+        for other in self._candidates(route, slot):
+            if other.sub.filter == route.sub.filter or covers(other.sub.filter, route.sub.filter):
+                return other
+        return None
+
+    def _covered_by(self, route: Route, slot: Slot) -> list[Route]:
+        return [
+            other
+            for other in self._candidates(route, slot)
+            if other is not route and covers(route.sub.filter, other.sub.filter)
+        ]
+
+
+def _batched(outs: list[Out]) -> list[Out]:
+    """Merge one subscription's consecutive subscribes to one hop into one message."""
+    merged: list[Out] = []
+    for hop, msg in outs:
+        if merged and isinstance(msg, RouteSubscribe):
+            last_hop, last = merged[-1]
+            if (
+                last_hop == hop
+                and isinstance(last, RouteSubscribe)
+                and last.subscription.id == msg.subscription.id
+            ):
+                merged[-1] = (hop, RouteSubscribe(msg.subscription, last.trees + msg.trees))
+                continue
+        merged.append((hop, msg))
+    return merged

@@ -1,0 +1,37 @@
+"""What a broker keeps for each connected client, and the ids it translates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["LocalAdvertisement", "Session"]
+
+
+@dataclass
+class Session:
+    """A client attached to this broker.
+
+    Clients choose their own ids (``s1``, ``a1``, ...), unique only per client; the broker maps
+    each to an overlay-wide id (``<broker>#<epoch>.<n>``) when it enters the overlay.
+    """
+
+    hop: str
+    name: str
+    """The client's name in the overlay (``<client>@<broker>``), stamped on its publications."""
+    subscriptions: dict[str, str] = field(default_factory=dict)
+    composites: dict[str, str] = field(default_factory=dict)
+    advertisements: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LocalAdvertisement:
+    """An advertisement made at this broker.
+
+    ``hidden_by``: the local advertisement covering it, if it was not flooded for that reason;
+    it then belongs to that one's tree, and publications conforming to it travel down that tree.
+    """
+
+    owner: str
+    tree: str
+    hidden_by: str | None = None
+    hides: set[str] = field(default_factory=set)

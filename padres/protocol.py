@@ -1,0 +1,416 @@
+"""The messages brokers and clients exchange besides the language's own, and their frames.
+
+A connection carries frames; a frame is one JSON message object or a JSON array of them (a
+batch). Each message is an object with ``"v"`` and ``"type"``; the language's messages
+(publication, subscription, ...) are written by ``padres.wire``, the ones here add sessions,
+replies, deliveries and the routing messages brokers send each other. ``docs/protocol.md``
+describes every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, TypeAlias
+
+import orjson
+
+from padres.errors import DecodeError, InvalidMessage
+from padres.messages import (
+    Advertisement,
+    Message,
+    Publication,
+    Subscription,
+    check_id,
+)
+from padres.wire import MAX_MESSAGE_BYTES, VERSION, from_dict, to_dict
+from rete.operators import Value
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "CompositeNotify",
+    "Envelope",
+    "Error",
+    "Hello",
+    "Notify",
+    "Ok",
+    "Query",
+    "QueryResult",
+    "Role",
+    "RouteAdvertise",
+    "RoutePublish",
+    "RouteSubscribe",
+    "RouteUnadvertise",
+    "RouteUnsubscribe",
+    "Welcome",
+    "decode_frame",
+    "encode_frame",
+    "envelope_from_dict",
+    "envelope_to_dict",
+]
+
+MAX_FRAME_BYTES: Final = 4 * MAX_MESSAGE_BYTES
+"""A frame (one message or a batch) may not be larger than this."""
+
+
+class Role(StrEnum):
+    CLIENT = "client"
+    BROKER = "broker"
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first message of a connection: who is connecting, as a client or as a broker."""
+
+    name: str
+    role: Role = Role.CLIENT
+
+    def __post_init__(self) -> None:
+        check_id(self.name, "client or broker name")
+        if not isinstance(self.role, Role):
+            raise InvalidMessage(f"role must be 'client' or 'broker', not {self.role!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The broker's answer to ``Hello``: its id and the session's name there."""
+
+    broker: str
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """A request (subscribe, advertise, ...) identified by ``ref`` was accepted."""
+
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """A message was refused; ``ref`` is its id when it had one, ``text`` says why."""
+
+    text: str
+    ref: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A publication delivered to a client, with the ids of its subscriptions it matched."""
+
+    publication: Publication
+    subscriptions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeNotify:
+    """A composite subscription completed by ``publications`` under ``bindings``."""
+
+    subscription: str
+    publications: tuple[Publication, ...]
+    bindings: Mapping[str, Value]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Ask a broker for its routing tables: ``what`` is 'subscriptions' or 'advertisements'."""
+
+    what: str
+
+    def __post_init__(self) -> None:
+        if self.what not in ("subscriptions", "advertisements"):
+            raise InvalidMessage(
+                f"query what must be 'subscriptions' or 'advertisements', not {self.what!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """Rows of a routing table, as text: one row per entry."""
+
+    what: str
+    rows: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAdvertise:
+    """An advertisement flooded along ``tree``; ``path`` lists the brokers it has crossed."""
+
+    advertisement: Advertisement
+    tree: str
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUnadvertise:
+    """An advertisement withdrawn from ``tree``; ``lost``: withdrawn because a link failed."""
+
+    advertisement_id: str
+    tree: str
+    lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSubscribe:
+    """A subscription sent toward the roots of ``trees`` (advertisement trees)."""
+
+    subscription: Subscription
+    trees: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUnsubscribe:
+    subscription_id: str
+    trees: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePublish:
+    """A publication travelling down ``tree``, the tree of an advertisement it conforms to."""
+
+    publication: Publication
+    tree: str
+
+
+Envelope: TypeAlias = (
+    Message
+    | Hello
+    | Welcome
+    | Ok
+    | Error
+    | Notify
+    | CompositeNotify
+    | Query
+    | QueryResult
+    | RouteAdvertise
+    | RouteUnadvertise
+    | RouteSubscribe
+    | RouteUnsubscribe
+    | RoutePublish
+)
+
+
+def envelope_to_dict(message: Envelope) -> dict[str, Any]:
+    """The message as a JSON-ready dict with ``v`` and ``type``."""
+    match message:
+        case Hello():
+            body: dict[str, Any] = {"name": message.name, "role": message.role.value}
+        case Welcome():
+            body = {"broker": message.broker, "session": message.session}
+        case Ok():
+            body = {"ref": message.ref}
+        case Error():
+            body = {"text": message.text, "ref": message.ref}
+        case Notify():
+            body = {
+                "publication": to_dict(message.publication),
+                "subscriptions": list(message.subscriptions),
+            }
+        case CompositeNotify():
+            body = {
+                "subscription": message.subscription,
+                "publications": [to_dict(p) for p in message.publications],
+                "bindings": dict(message.bindings),
+            }
+        case Query():
+            body = {"what": message.what}
+        case QueryResult():
+            body = {"what": message.what, "rows": list(message.rows)}
+        case RouteAdvertise():
+            body = {
+                "advertisement": to_dict(message.advertisement),
+                "tree": message.tree,
+                "path": list(message.path),
+            }
+        case RouteUnadvertise():
+            body = {
+                "advertisement_id": message.advertisement_id,
+                "tree": message.tree,
+                "lost": message.lost,
+            }
+        case RouteSubscribe():
+            body = {"subscription": to_dict(message.subscription), "trees": list(message.trees)}
+        case RouteUnsubscribe():
+            body = {"subscription_id": message.subscription_id, "trees": list(message.trees)}
+        case RoutePublish():
+            body = {"publication": to_dict(message.publication), "tree": message.tree}
+        case _:
+            return to_dict(message)
+    return {"v": VERSION, "type": _TYPES[type(message)], **body}
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+class _Fields:
+    """Typed access to one decoded object's fields, naming the path of a bad one."""
+
+    def __init__(self, obj: dict[str, Any], allowed: Iterable[str]) -> None:
+        extra = sorted(set(obj) - set(allowed) - {"v", "type"})
+        if extra:
+            raise DecodeError(f"unknown field {extra[0]!r}")
+        self.obj = obj
+
+    def get(self, key: str, kind: type, default: Any = ...) -> Any:
+        if key not in self.obj:
+            if default is ...:
+                raise DecodeError(f"missing field {key!r}")
+            return default
+        value = self.obj[key]
+        if type(value) is not kind:
+            raise DecodeError(
+                f"must be {kind.__name__}, not {type(value).__name__}", path=f"$.{key}"
+            )
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        items = self.get(key, list)
+        for i, item in enumerate(items):
+            if type(item) is not str:
+                raise DecodeError("must be a string", path=f"$.{key}[{i}]")
+        return tuple(items)
+
+    def message(self, key: str, kind: type[Any]) -> Any:
+        try:
+            inner = from_dict(self.get(key, dict))
+        except DecodeError as exc:
+            raise DecodeError(exc.reason, path=f"$.{key}{exc.path[1:]}") from None
+        if not isinstance(inner, kind):
+            raise DecodeError(f"must be a {kind.__name__.lower()}", path=f"$.{key}")
+        return inner
+
+
+def _bindings(f: _Fields) -> dict[str, Value]:
+    out = f.get("bindings", dict)
+    for name, value in out.items():
+        if type(value) not in (str, int, float, bool):
+            raise DecodeError("a binding is a string, number or boolean", path=f"$.bindings.{name}")
+    return out  # type: ignore[no-any-return]
+
+
+_BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]]] = {
+    "hello": (("name", "role"), lambda f: Hello(f.get("name", str), Role(f.get("role", str)))),
+    "welcome": (
+        ("broker", "session"),
+        lambda f: Welcome(f.get("broker", str), f.get("session", str)),
+    ),
+    "ok": (("ref",), lambda f: Ok(f.get("ref", str))),
+    "error": (("text", "ref"), lambda f: Error(f.get("text", str), f.get("ref", str, ""))),
+    "notify": (
+        ("publication", "subscriptions"),
+        lambda f: Notify(f.message("publication", Publication), f.strings("subscriptions")),
+    ),
+    "composite_notify": (
+        ("subscription", "publications", "bindings"),
+        lambda f: CompositeNotify(
+            f.get("subscription", str),
+            tuple(_publications(f)),
+            _bindings(f),
+        ),
+    ),
+    "query": (("what",), lambda f: Query(f.get("what", str))),
+    "query_result": (
+        ("what", "rows"),
+        lambda f: QueryResult(f.get("what", str), f.strings("rows")),
+    ),
+    "route_advertise": (
+        ("advertisement", "tree", "path"),
+        lambda f: RouteAdvertise(
+            f.message("advertisement", Advertisement), f.get("tree", str), f.strings("path")
+        ),
+    ),
+    "route_unadvertise": (
+        ("advertisement_id", "tree", "lost"),
+        lambda f: RouteUnadvertise(
+            f.get("advertisement_id", str), f.get("tree", str), f.get("lost", bool, False)
+        ),
+    ),
+    "route_subscribe": (
+        ("subscription", "trees"),
+        lambda f: RouteSubscribe(f.message("subscription", Subscription), f.strings("trees")),
+    ),
+    "route_unsubscribe": (
+        ("subscription_id", "trees"),
+        lambda f: RouteUnsubscribe(f.get("subscription_id", str), f.strings("trees")),
+    ),
+    "route_publish": (
+        ("publication", "tree"),
+        lambda f: RoutePublish(f.message("publication", Publication), f.get("tree", str)),
+    ),
+}
+
+_TYPES: Final[dict[type, str]] = {
+    Hello: "hello",
+    Welcome: "welcome",
+    Ok: "ok",
+    Error: "error",
+    Notify: "notify",
+    CompositeNotify: "composite_notify",
+    Query: "query",
+    QueryResult: "query_result",
+    RouteAdvertise: "route_advertise",
+    RouteUnadvertise: "route_unadvertise",
+    RouteSubscribe: "route_subscribe",
+    RouteUnsubscribe: "route_unsubscribe",
+    RoutePublish: "route_publish",
+}
+
+
+def _publications(f: _Fields) -> list[Publication]:
+    out = []
+    for i, item in enumerate(f.get("publications", list)):
+        try:
+            pub = from_dict(item)
+        except DecodeError as exc:
+            raise DecodeError(exc.reason, path=f"$.publications[{i}]{exc.path[1:]}") from None
+        if not isinstance(pub, Publication):
+            raise DecodeError("must be a publication", path=f"$.publications[{i}]")
+        out.append(pub)
+    return out
+
+
+def envelope_from_dict(obj: Any) -> Envelope:
+    """The message a decoded JSON object describes; raises ``DecodeError``."""
+    if type(obj) is dict and obj.get("type") in _BUILDERS:
+        if obj.get("v") != VERSION or type(obj.get("v")) is not int:
+            raise DecodeError(
+                f"unsupported version {obj.get('v')!r} (this side speaks {VERSION})", path="$.v"
+            )
+        allowed, build = _BUILDERS[obj["type"]]
+        try:
+            return build(_Fields(obj, allowed))
+        except DecodeError:
+            raise
+        except (InvalidMessage, ValueError) as exc:
+            raise DecodeError(str(exc)) from None
+    return from_dict(obj)
+
+
+def encode_frame(messages: Iterable[Envelope]) -> bytes:
+    """One frame holding ``messages``: a JSON array (a batch)."""
+    return orjson.dumps([envelope_to_dict(m) for m in messages])
+
+
+def decode_frame(
+    data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES
+) -> list[Envelope | DecodeError]:
+    """The messages of a frame, in order; a message that does not decode is its ``DecodeError``.
+
+    A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
+    """
+    size = len(data.encode() if isinstance(data, str) else data)
+    if size > max_bytes:
+        raise DecodeError(f"frame of {size} bytes exceeds the limit of {max_bytes} bytes")
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    items = obj if type(obj) is list else [obj]
+    out: list[Envelope | DecodeError] = []
+    for item in items:
+        try:
+            out.append(envelope_from_dict(item))
+        except DecodeError as exc:
+            out.append(exc)
+    return out

@@ -1,0 +1,179 @@
+"""An overlay of broker cores in one process, with a deterministic scheduler.
+
+Every link (broker to broker, client to broker, broker to client) is a FIFO queue, as a
+WebSocket is. ``run`` delivers queued messages one at a time, choosing the next link at random
+from a seeded generator, so the same seed replays the same interleaving, and different seeds
+explore different ones. Tests and ``padres bench overlay`` drive it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from padres.broker import Broker, Covering
+from padres.messages import Publication
+from padres.protocol import (
+    CompositeNotify,
+    Envelope,
+    Error,
+    Hello,
+    Notify,
+    Ok,
+    QueryResult,
+    Role,
+    RoutePublish,
+    Welcome,
+)
+from rete import CompositeLimits
+
+__all__ = ["SimClient", "Simulation"]
+
+
+@dataclass(eq=False)
+class SimClient:
+    """A client of the simulation: what it sends goes to its broker, what it gets is kept."""
+
+    name: str
+    broker: str
+    notifications: list[Notify] = field(default_factory=list)
+    composites: list[CompositeNotify] = field(default_factory=list)
+    errors: list[Error] = field(default_factory=list)
+    acks: list[str] = field(default_factory=list)
+    other: list[Envelope] = field(default_factory=list)
+    connected: bool = True
+
+    def receive(self, message: Envelope) -> None:
+        match message:
+            case Notify():
+                self.notifications.append(message)
+            case CompositeNotify():
+                self.composites.append(message)
+            case Error():
+                self.errors.append(message)
+            case Ok():
+                self.acks.append(message.ref)
+            case Welcome() | QueryResult():
+                self.other.append(message)
+            case _:
+                self.other.append(message)
+
+
+class Simulation:
+    """Brokers, links and clients in memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        covering: Covering = Covering.LAZY,
+        conformity: bool = True,
+        limits: CompositeLimits | None = None,
+    ) -> None:
+        self.random = random.Random(seed)
+        self.covering = covering
+        self.conformity = conformity
+        self.limits = limits
+        self.brokers: dict[str, Broker] = {}
+        self.clients: dict[str, SimClient] = {}
+        self.seen: dict[str, list[Publication]] = {}
+        """Per broker, the publications that reached it, in order."""
+        self.delivered = 0
+        self._queues: dict[tuple[str, str], deque[Envelope]] = {}
+        self._ready: list[tuple[str, str]] = []
+        self._clock = 0.0
+
+    # -- building ----------------------------------------------------------------------------
+
+    def add_broker(self, broker_id: str) -> Broker:
+        broker = Broker(
+            broker_id, covering=self.covering, conformity=self.conformity, limits=self.limits
+        )
+        self.brokers[broker_id] = broker
+        self.seen[broker_id] = []
+        return broker
+
+    def link(self, a: str, b: str) -> None:
+        """Connect brokers ``a`` and ``b``; ``a`` opens the link."""
+        self._emit(a, self.brokers[a].open_link(b))
+
+    def unlink(self, a: str, b: str) -> None:
+        """The link between ``a`` and ``b`` fails: messages in flight on it are lost."""
+        for key in ((a, b), (b, a)):
+            if key in self._queues:
+                self._queues[key].clear()
+        self._emit(a, self.brokers[a].close(b))
+        self._emit(b, self.brokers[b].close(a))
+
+    def attach(self, name: str, broker: str) -> SimClient:
+        client = self.clients[name] = SimClient(name, broker)
+        self.send(client, Hello(name, Role.CLIENT))
+        return client
+
+    def detach(self, client: SimClient) -> None:
+        """The client disconnects; what it had sent but the broker had not read is lost."""
+        client.connected = False
+        for key in ((client.name, client.broker), (client.broker, client.name)):
+            if key in self._queues:
+                self._queues[key].clear()
+        self._emit(client.broker, self.brokers[client.broker].close(client.name))
+
+    def send(self, client: SimClient, message: Envelope) -> None:
+        self._enqueue(client.name, client.broker, message)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self, max_steps: int = 10_000_000) -> int:
+        """Deliver messages until none is left; returns how many were delivered."""
+        steps = self.step(max_steps)
+        if self._ready:
+            raise RuntimeError(f"no quiescence after {max_steps} messages: a routing loop?")
+        return steps
+
+    def step(self, count: int) -> int:
+        """Deliver up to ``count`` messages; returns how many were delivered."""
+        steps = 0
+        while self._ready and steps < count:
+            i = self.random.randrange(len(self._ready))
+            key = self._ready[i]
+            queue = self._queues[key]
+            message = queue.popleft() if queue else None
+            if not queue:
+                self._ready[i] = self._ready[-1]
+                self._ready.pop()
+            if message is None:
+                continue  # the link failed after this queue was scheduled
+            self._deliver(key[0], key[1], message)
+            steps += 1
+        self.delivered += steps
+        return steps
+
+    def _deliver(self, source: str, target: str, message: Envelope) -> None:
+        client = self.clients.get(target)
+        if client is not None and client.broker == source:
+            client.receive(message)
+            return
+        broker = self.brokers[target]
+        self._clock += 1e-3  # one millisecond a message
+        if isinstance(message, RoutePublish):
+            self.seen[target].append(message.publication)
+        elif isinstance(message, Publication):
+            self.seen[target].append(message)
+        self._emit(target, broker.handle(message, source, self._clock))
+
+    def _emit(self, source: str, outs: list[tuple[str, Envelope]]) -> None:
+        for hop, message in outs:
+            self._enqueue(source, hop, message)
+
+    def _enqueue(self, source: str, target: str, message: Envelope) -> None:
+        key = (source, target)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+        if not queue:
+            self._ready.append(key)
+        queue.append(message)
+
+    def tables_empty(self) -> bool:
+        return all(b.is_empty() for b in self.brokers.values())

@@ -1,0 +1,282 @@
+"""The broker core in simulated overlays: routing, covering, cycles, cleanup, link failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from padres.bench import overlay
+from padres.broker import Broker, Covering
+from padres.messages import Publication, Unadvertise, Unsubscribe
+from padres.parser import (
+    parse_advertisement,
+    parse_composite,
+    parse_publication,
+    parse_subscription,
+)
+from padres.protocol import Error, Hello, Notify, Ok, Query, QueryResult, Role, RouteSubscribe
+from padres.simulation import SimClient, Simulation
+
+
+def _star(covering: Covering = Covering.LAZY, *, extra: bool = True, seed: int = 1) -> Simulation:
+    """PADRES' demo star: A, C, D, E each linked to B; with ``extra``, also A-C and D-E."""
+    sim = Simulation(seed, covering=covering)
+    for b in "ABCDE":
+        sim.add_broker(b)
+    for b in "ACDE":
+        sim.link(b, "B")
+    if extra:
+        sim.link("A", "C")
+        sim.link("D", "E")
+    sim.run()
+    return sim
+
+
+def _received(client: SimClient) -> list[tuple[str, tuple[str, ...]]]:
+    return [(n.publication.id, n.subscriptions) for n in client.notifications]
+
+
+def _pub(text: str, ident: str) -> Publication:
+    return parse_publication(text, id=ident)
+
+
+def test_publications_follow_subscriptions_across_a_cyclic_overlay() -> None:
+    sim = _star()
+    pub, s1, s2 = sim.attach("pub", "A"), sim.attach("s1", "E"), sim.attach("s2", "D")
+    sim.send(pub, parse_advertisement("[class,eq,'STOCK'],[price,>,0]", id="a1"))
+    sim.run()
+    sim.send(s1, parse_subscription("[class,eq,'STOCK'],[price,>,10]", id="x"))
+    sim.send(s2, parse_subscription("[class,eq,'STOCK'],[price,>,5]", id="x"))
+    sim.send(s2, parse_subscription("[class,eq,'OTHER']", id="y"))
+    sim.run()
+    for i, price in enumerate((3, 7, 20)):
+        sim.send(pub, _pub(f"[class,'STOCK'],[price,{price}]", f"p{i}"))
+    sim.run()
+    assert _received(s1) == [("p2", ("x",))]
+    assert _received(s2) == [("p1", ("x",)), ("p2", ("x",))]
+    assert s1.notifications[0].publication.publisher == "pub@A"
+    for seen in sim.seen.values():  # no broker saw a publication twice
+        assert len({p.id for p in seen}) == len(seen)
+    assert not any(p.id == "p0" for b in "BCDE" for p in sim.seen[b])  # p0 matches nobody
+    assert s1.acks == ["x"] and s2.acks == ["x", "y"]
+
+
+def test_subscription_made_before_the_advertisement_is_routed_when_it_arrives() -> None:
+    sim = _star()
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "E")
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>=,1]", id="s"))
+    sim.run()
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    sim.send(pub, _pub("[class,'T'],[v,1]", "p1"))
+    sim.run()
+    assert _received(sub) == [("p1", ("s",))]
+
+
+def test_composite_subscription_is_split_routed_and_joined_at_its_edge() -> None:
+    sim = _star()
+    shop, server, manager = sim.attach("shop", "A"), sim.attach("srv", "C"), sim.attach("m", "E")
+    sim.send(shop, parse_advertisement("[class,eq,'Order'],[UserType,isPresent,'']", id="a"))
+    sim.send(server, parse_advertisement("[class,eq,'SysInfo'],[UserType,isPresent,'']", id="a"))
+    sim.run()
+    cs = "{[class,eq,'Order'],[UserType,eq,$X]} & {[class,eq,'SysInfo'],[UserType,eq,$X]}"
+    sim.send(manager, parse_composite(cs, id="c"))
+    sim.run()
+    sim.send(server, _pub("[class,'SysInfo'],[UserType,'gold']", "i1"))
+    sim.send(shop, _pub("[class,'Order'],[UserType,'silver']", "o1"))
+    sim.send(shop, _pub("[class,'Order'],[UserType,'gold']", "o2"))
+    sim.run()
+    got = [
+        (n.subscription, sorted(p.id for p in n.publications), dict(n.bindings))
+        for n in manager.composites
+    ]
+    assert got == [("c", ["i1", "o2"], {"X": "gold"})]
+    assert manager.notifications == []  # the parts themselves are not delivered
+
+
+def test_conformity_check_refuses_unadvertised_publications_with_a_clear_error() -> None:
+    sim = _star()
+    pub = sim.attach("pub", "A")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,<,10]", id="a"))
+    sim.send(pub, _pub("[class,'T'],[v,50]", "p1"))
+    sim.run()
+    assert len(pub.errors) == 1
+    assert pub.errors[0].ref == "p1"
+    assert "matches none of the advertisements" in pub.errors[0].text
+
+    lax = Simulation(1, conformity=False)
+    lax.add_broker("A")
+    p, s = lax.attach("p", "A"), lax.attach("s", "A")
+    lax.send(s, parse_subscription("[class,eq,'T']", id="s"))
+    lax.run()
+    lax.send(p, _pub("[class,'T'],[v,50]", "p1"))
+    lax.run()
+    assert _received(s) == [("p1", ("s",))] and not p.errors
+
+
+def test_bad_requests_get_errors_and_change_nothing() -> None:
+    broker = Broker("B")
+    out = broker.handle(parse_subscription("[class,eq,'T']", id="s"), "h1")
+    assert isinstance(out[0][1], Error) and "hello" in out[0][1].text
+    broker.handle(Hello("c"), "h1")
+    assert broker.handle(Hello("c"), "h2")[0][1] == Error("a client named 'c' is already connected")
+    assert broker.handle(parse_subscription("[class,eq,'T']", id="s"), "h1")[-1][1] == Ok("s")
+    dup = broker.handle(parse_subscription("[class,eq,'U']", id="s"), "h1")
+    assert dup == [("h1", Error("subscription 's' already exists", "s"))]
+    assert broker.handle(Unsubscribe("nope"), "h1") == [
+        ("h1", Error("no subscription 'nope'", "nope"))
+    ]
+    assert broker.handle(Unadvertise("nope"), "h1")[0][1].ref == "nope"  # type: ignore[union-attr]
+    forged = broker.handle(
+        RouteSubscribe(parse_subscription("[class,eq,'T']", id="z"), ("t",)), "h1"
+    )
+    assert "may not send RouteSubscribe" in forged[0][1].text  # type: ignore[union-attr]
+    assert broker.handle(Hello("B", Role.BROKER), "h3")[0][1] == Error(
+        "broker B cannot link to itself"
+    )
+    rows = broker.handle(Query("subscriptions"), "h1")[0][1]
+    assert (
+        isinstance(rows, QueryResult) and len(rows.rows) == 1 and "[class,eq,'T']" in rows.rows[0]
+    )
+
+
+def _phases(covering: Covering) -> tuple[list[list[tuple[str, tuple[str, ...]]]], int]:
+    """A fixed scenario run step by step (quiet in between): deliveries and table size."""
+    sim = _star(covering)
+    pub = sim.attach("pub", "A")
+    subs = [sim.attach(f"s{i}", b) for i, b in enumerate("BCDEE")]
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    filters = ["[v,>,0]", "[v,>,5]", "[v,>,5],[v,<,8]", "[v,=,6]", "[v,>,-1]"]
+    for client, extra in zip(subs, filters, strict=True):
+        sim.send(client, parse_subscription(f"[class,eq,'T'],{extra}", id="s"))
+        sim.run()
+    size = sum(b.routes.forwarded() for b in sim.brokers.values())
+    for step, v in enumerate((6, 3, 9)):
+        sim.send(pub, _pub(f"[class,'T'],[v,{v}]", f"p{step}"))
+        sim.run()
+        sim.send(subs[step], Unsubscribe("s"))  # covering subscriptions leave one by one
+        sim.run()
+    sim.send(pub, _pub("[class,'T'],[v,6]", "last"))
+    sim.run()
+    return [_received(c) for c in subs], size
+
+
+def test_covering_never_changes_what_is_delivered_and_shrinks_tables() -> None:
+    off, off_size = _phases(Covering.OFF)
+    lazy, lazy_size = _phases(Covering.LAZY)
+    active, active_size = _phases(Covering.ACTIVE)
+    assert off == lazy == active
+    assert off[3] == [("p0", ("s",)), ("last", ("s",))]
+    assert lazy_size < off_size and active_size <= lazy_size
+
+
+def test_unsubscribing_a_covering_subscription_sends_the_covered_one_first() -> None:
+    sim = _star(Covering.LAZY)
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "E")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>,0]", id="wide"))
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>,5]", id="narrow"))
+    sim.run()
+    assert sim.brokers["E"].routes.forwarded() == 1  # narrow is hidden behind wide
+    sim.send(sub, Unsubscribe("wide"))
+    sim.send(pub, _pub("[class,'T'],[v,9]", "p1"))  # while the change is in flight
+    sim.run()
+    assert sim.brokers["E"].routes.forwarded() == 1
+    assert _received(sub)[-1] == ("p1", ("narrow",))
+
+
+def test_advertisement_covering_hides_then_reveals_without_a_gap() -> None:
+    sim = _star(Covering.LAZY)
+    p1, p2, sub = sim.attach("p1", "A"), sim.attach("p2", "A"), sim.attach("sub", "E")
+    sim.send(p1, parse_advertisement("[class,eq,'T'],[v,>,0]", id="wide"))
+    sim.run()
+    sim.send(p2, parse_advertisement("[class,eq,'T'],[v,>,5]", id="narrow"))
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>,6]", id="s"))
+    sim.run()
+    assert len(sim.brokers["E"].trees) == 1  # the covered advertisement never left A
+    sim.send(p1, Unadvertise("wide"))
+    for i in range(5):
+        sim.send(p2, _pub(f"[class,'T'],[v,{7 + i}]", f"n{i}"))
+        sim.step(3)
+    sim.run()
+    assert [pid for pid, _ in _received(sub)] == [f"n{i}" for i in range(5)]
+    assert len(sim.brokers["E"].trees) == 1 and not p2.errors
+
+
+def test_link_failure_withdraws_routes_and_a_restored_link_heals_them() -> None:
+    sim = _star(extra=False)
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "E")
+    sim.send(pub, parse_advertisement("[class,eq,'T']", id="a"))
+    sim.send(sub, parse_subscription("[class,eq,'T']", id="s"))
+    sim.run()
+    sim.unlink("A", "B")
+    sim.run()
+    assert len(sim.brokers["E"].trees) == 0 and len(sim.brokers["B"].routes) == 0
+    sim.link("A", "B")
+    sim.run()
+    sim.send(pub, _pub("[class,'T']", "p1"))
+    sim.run()
+    assert _received(sub) == [("p1", ("s",))]
+
+
+def test_a_cycle_routes_around_a_failed_link() -> None:
+    sim = _star(extra=True)  # D-E is a second path
+    pub, sub = sim.attach("pub", "D"), sim.attach("sub", "E")
+    sim.send(pub, parse_advertisement("[class,eq,'T']", id="a"))
+    sim.send(sub, parse_subscription("[class,eq,'T']", id="s"))
+    sim.run()
+    sim.unlink("D", "E")
+    sim.run()
+    sim.send(pub, _pub("[class,'T']", "p1"))
+    sim.run()
+    assert _received(sub) == [("p1", ("s",))]  # now through B
+
+
+@pytest.mark.parametrize(
+    ("covering", "seed", "brokers", "clients"),
+    [
+        (Covering.LAZY, 1, 100, 1000),
+        (Covering.OFF, 2, 30, 200),
+        (Covering.ACTIVE, 3, 30, 200),
+        (Covering.ACTIVE, 4, 12, 60),
+    ],
+)
+def test_random_cyclic_overlay_delivers_exactly_what_the_oracle_says(
+    covering: Covering, seed: int, brokers: int, clients: int
+) -> None:
+    result = overlay.run(brokers, clients, rounds=10, operations=300, seed=seed, covering=covering)
+    assert result["violations"] == []
+    assert result["links"] > brokers - 1  # cyclic
+    assert result["checked"] > 1000 and result["composite_matches"] > 0
+
+
+def test_client_leaving_cleans_every_table() -> None:
+    sim = _star()
+    clients = [sim.attach(f"c{i}", b) for i, b in enumerate("ABCDE")]
+    for i, c in enumerate(clients):
+        sim.send(c, parse_advertisement(f"[class,eq,'T'],[k,=,{i}]", id="a"))
+        sim.send(c, parse_subscription("[class,eq,'T'],[k,>,0]", id="s"))
+        sim.send(
+            c, parse_composite("{[class,eq,'T'],[k,=,$K]} & {[class,eq,'U'],[k,=,$K]}", id="c")
+        )
+    sim.run()
+    assert not sim.tables_empty()
+    for c in clients:
+        sim.detach(c)
+    sim.run()
+    assert sim.tables_empty()
+
+
+def test_notify_lists_every_matching_subscription_of_a_client_once() -> None:
+    sim = _star()
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "C")
+    sim.send(pub, parse_advertisement("[class,eq,'T']", id="a"))
+    sim.send(sub, parse_subscription("[class,eq,'T']", id="one"))
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,isPresent,0]", id="two"))
+    sim.run()
+    sim.send(pub, _pub("[class,'T'],[v,1]", "p"))
+    sim.run()
+    assert len(sub.notifications) == 1
+    assert isinstance(sub.notifications[0], Notify)
+    assert sorted(sub.notifications[0].subscriptions) == ["one", "two"]
