@@ -37,6 +37,7 @@ __all__ = [
     "Ok",
     "Query",
     "QueryResult",
+    "Rejected",
     "Role",
     "RouteAdvertise",
     "RoutePublish",
@@ -392,10 +393,26 @@ def encode_frame(messages: Iterable[Envelope]) -> bytes:
     return orjson.dumps([envelope_to_dict(m) for m in messages])
 
 
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A message of a frame that did not decode: why, and the id it carried if any."""
+
+    error: DecodeError
+    ref: str = ""
+
+
+def _ref(item: Any) -> str:
+    if type(item) is dict:
+        for key in ("id", "subscription_id", "advertisement_id"):
+            if type(item.get(key)) is str:
+                return item[key]  # type: ignore[no-any-return]
+    return ""
+
+
 def decode_frame(
     data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES
-) -> list[Envelope | DecodeError]:
-    """The messages of a frame, in order; a message that does not decode is its ``DecodeError``.
+) -> list[Envelope | Rejected]:
+    """The messages of a frame, in order; one that does not decode is ``Rejected`` in its place.
 
     A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
     """
@@ -407,10 +424,10 @@ def decode_frame(
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
     items = obj if type(obj) is list else [obj]
-    out: list[Envelope | DecodeError] = []
+    out: list[Envelope | Rejected] = []
     for item in items:
         try:
             out.append(envelope_from_dict(item))
         except DecodeError as exc:
-            out.append(exc)
+            out.append(Rejected(exc, _ref(item)))
     return out

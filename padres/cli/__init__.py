@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from padres.cli import bench, match, parse
+from padres.cli import bench, broker, client, match, parse
 from padres.cli.inputs import CommandError
 from padres.errors import PadresError
 
@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parse.register(commands)
     match.register(commands)
+    broker.register(commands)
+    client.register(commands)
     bench.register(commands)
     return parser
 

@@ -1,0 +1,271 @@
+"""``padres client`` (an interactive shell), ``padres pub`` and ``padres sub``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from padres.batch import BatchReader
+from padres.cli.inputs import CommandError, read_lines
+from padres.client import Client, ConnectionLost, Delivery, RequestFailed
+from padres.errors import ParseError
+from padres.messages import (
+    Advertisement,
+    CompositeSubscription,
+    Filter,
+    Predicate,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+)
+from padres.printer import format_filter, format_message
+from padres.protocol import CompositeNotify, Error, envelope_to_dict
+from rete.operators import Op
+
+SHELL_HELP = """commands (PADRES' own):
+  a FILTER        advertise             s FILTER        subscribe
+  p PUBLICATION   publish               cs COMPOSITE    composite subscribe
+  ua ID           unadvertise           us ID           unsubscribe
+  printsubs       the broker's subscription routing table
+  printadvs       the broker's advertisement table
+  batch FILE      run a batch file      help, quit"""
+
+
+def register(commands: Any) -> None:
+    c = commands.add_parser("client", help="interactive client shell (PADRES' commands)")
+    _connection_options(c)
+    c.set_defaults(run=run_shell)
+
+    p = commands.add_parser("pub", help="publish publications and exit")
+    _connection_options(p)
+    p.add_argument("publications", nargs="*", help="publications in PADRES syntax")
+    p.add_argument("--file", help="read publications from a file (- for stdin)")
+    p.add_argument(
+        "--adv",
+        action="append",
+        default=[],
+        help="advertisement to make first (default: one per class and attribute set published)",
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=0.5,
+        help="seconds to wait after advertising, while subscriptions find their way back "
+        "(default 0.5)",
+    )
+    p.set_defaults(run=run_pub)
+
+    s = commands.add_parser("sub", help="subscribe and print what arrives")
+    _connection_options(s)
+    s.add_argument("filter", help="subscription filter, or composite subscription with {...}")
+    s.add_argument("--json", action="store_true", help="print each delivery as a JSON line")
+    s.add_argument("--count", type=int, help="exit after N deliveries")
+    s.add_argument("--timeout", type=float, help="exit after S seconds without a delivery")
+    s.set_defaults(run=run_sub)
+
+
+def _connection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", default="ws://127.0.0.1:8001", help="broker URL, ws://host:port")
+    p.add_argument("--name", default=None, help="client name (default: the command's name)")
+
+
+def _format(delivery: Delivery, as_json: bool) -> str:
+    if as_json:
+        return orjson.dumps(envelope_to_dict(delivery)).decode()
+    if isinstance(delivery, CompositeNotify):
+        pubs = " ; ".join(format_message(p) for p in delivery.publications)
+        bound = ",".join(f"${k}={v!r}" for k, v in sorted(delivery.bindings.items()))
+        return f"{delivery.subscription} {bound} <- {pubs}"
+    return f"{','.join(delivery.subscriptions)} <- {format_message(delivery.publication)}"
+
+
+async def _connect(args: argparse.Namespace, default_name: str) -> Client:
+    client = Client(args.broker, args.name or default_name, on_error=_print_error)
+    try:
+        return await client.connect()
+    except (ConnectionLost, RequestFailed, TimeoutError) as exc:
+        raise CommandError(f"cannot connect to {args.broker}: {exc}") from None
+
+
+def _print_error(error: Error) -> None:
+    where = f" ({error.ref})" if error.ref else ""
+    print(f"error{where}: {error.text}", file=sys.stderr, flush=True)
+
+
+# -- pub ---------------------------------------------------------------------------------------
+
+
+def _derived_advertisements(pubs: Iterable[Publication]) -> list[Filter]:
+    """One advertisement per class and attribute set, each attribute only required present."""
+    seen: dict[tuple[str, ...], Filter] = {}
+    for pub in pubs:
+        names = tuple(sorted(pub.attributes))
+        if names not in seen:
+            preds = [Predicate("class", Op.EQ, pub.class_name)]
+            preds += [Predicate(n, Op.IS_PRESENT) for n in names if n != "class"]
+            seen[names] = Filter(tuple(preds))
+    return list(seen.values())
+
+
+def run_pub(args: argparse.Namespace) -> int:
+    return asyncio.run(_pub(args))
+
+
+async def _pub(args: argparse.Namespace) -> int:
+    reader = BatchReader()
+    lines = list(args.publications)
+    if args.file:
+        lines += list(read_lines(args.file))
+    pubs: list[Publication] = []
+    for lineno, line in enumerate(lines, 1):
+        message = reader.parse_line(line, lineno, args.file or "<args>")
+        if isinstance(message, Publication):
+            pubs.append(message)
+        elif message is not None:
+            raise CommandError(f"line {lineno}: 'padres pub' sends publications only")
+    advs = [reader.parse_line(f"a {a}") for a in args.adv]
+    client = await _connect(args, "pub")
+    try:
+        filters = [a.filter for a in advs if isinstance(a, Advertisement)]
+        for flt in filters or _derived_advertisements(pubs):
+            await client.advertise(flt)
+        await asyncio.sleep(args.settle)
+        for start in range(0, len(pubs), 500):
+            await client.publish_many(pubs[start : start + 500])
+        await client.query("advertisements")  # a round trip: everything before it was read
+    except RequestFailed as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        await client.close()
+    print(f"published {len(pubs)} publications to {client.url}", file=sys.stderr)
+    return 0
+
+
+# -- sub ---------------------------------------------------------------------------------------
+
+
+def run_sub(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_sub(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _sub(args: argparse.Namespace) -> int:
+    text = args.filter.strip()
+    reader = BatchReader()
+    try:
+        command = "cs" if text.startswith(("{", "(")) else "s"
+        message = reader.parse_line(f"{command} {text}", 1, "<filter>")
+    except ParseError as exc:
+        raise CommandError(str(exc)) from None
+    client = await _connect(args, "sub")
+    received = 0
+    try:
+        if isinstance(message, CompositeSubscription):
+            handle = await client.subscribe_composite(message)
+        elif isinstance(message, Subscription):
+            handle = await client.subscribe(message.filter, id=message.id)
+        else:  # pragma: no cover - parse_line returned what was asked
+            raise CommandError("not a subscription")
+        print(f"subscribed {handle.id} at {client.broker}", file=sys.stderr, flush=True)
+        while args.count is None or received < args.count:
+            try:
+                delivery = await handle.get(args.timeout)
+            except TimeoutError:
+                break
+            except ConnectionLost:
+                print("padres sub: the broker closed the connection", file=sys.stderr)
+                return 1
+            print(_format(delivery, args.json), flush=True)
+            received += 1
+    except RequestFailed as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        await client.close()
+    return 0
+
+
+# -- the shell ---------------------------------------------------------------------------------
+
+
+def run_shell(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_shell(args))
+    except (KeyboardInterrupt, EOFError):
+        return 0
+
+
+async def _shell(args: argparse.Namespace) -> int:
+    client = await _connect(args, "shell")
+    reader = BatchReader()
+    interactive = sys.stdin.isatty()
+    print(f"connected to {client.broker} as {client.session}; 'help' lists the commands")
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            if interactive:
+                print("> ", end="", flush=True)
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            command = line.strip()
+            if command in ("quit", "exit"):
+                break
+            await _shell_line(client, reader, command)
+    finally:
+        await client.close()
+    return 0
+
+
+async def _shell_line(client: Client, reader: BatchReader, line: str) -> None:
+    word = line.split(maxsplit=1)[0] if line else ""
+    try:
+        if word == "help":
+            print(SHELL_HELP)
+        elif word in ("printsubs", "printadvs"):
+            what = "subscriptions" if word == "printsubs" else "advertisements"
+            for row in await client.query(what):
+                print(row)
+        elif word == "batch":
+            path = line.split(maxsplit=1)[1] if " " in line else ""
+            for lineno, text in enumerate(read_lines(path), 1):
+                message = reader.parse_line(text, lineno, path)
+                if message is not None:
+                    await _send(client, message)
+        elif line and not line.startswith("#"):
+            message = reader.parse_line(line)
+            if message is not None:
+                await _send(client, message)
+    except (ParseError, CommandError, RequestFailed) as exc:
+        print(f"error: {exc}", flush=True)
+
+
+async def _send(client: Client, message: object) -> None:
+    def show(delivery: Delivery) -> None:
+        print(_format(delivery, False), flush=True)
+
+    match message:
+        case Publication():
+            await client.publish(message)
+        case Subscription():
+            await client.subscribe(message.filter, show, id=message.id)
+            print(f"subscribed {message.id}: {format_filter(message.filter)}")
+        case CompositeSubscription():
+            await client.subscribe_composite(message, show)
+            print(f"subscribed {message.id}")
+        case Advertisement():
+            await client.advertise(message.filter, id=message.id)
+            print(f"advertised {message.id}: {format_filter(message.filter)}")
+        case Unsubscribe():
+            await client.unsubscribe(message.subscription_id)
+            print(f"unsubscribed {message.subscription_id}")
+        case Unadvertise():
+            await client.unadvertise(message.advertisement_id)
+            print(f"unadvertised {message.advertisement_id}")

@@ -1,0 +1,434 @@
+"""The Python client: ``Client`` (asyncio) and ``BlockingClient`` (for plain code).
+
+::
+
+    async with Client("ws://127.0.0.1:8001", name="manager") as c:
+        await c.advertise("[class,eq,'Order'],[price,isPresent,0]")
+        sub = await c.subscribe("[class,eq,'Order'],[price,>,100]")
+        await c.publish("[class,'Order'],[price,120]")
+        async for note in sub:          # or subscribe(..., callback=f)
+            print(note.publication)
+
+Requests (advertise, subscribe, unsubscribe, ...) wait for the broker's ``ok`` and raise
+``RequestFailed`` with its reason otherwise. Publishing does not wait; a refused publication
+(one matching none of the client's advertisements, say) reaches ``on_error``. A lost
+connection ends every subscription's iterator and fails pending requests with
+``ConnectionLost``. The client's life: CONNECTING -> OPEN -> CLOSED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from datetime import UTC, datetime
+from enum import Enum
+from types import TracebackType
+from typing import Any, TypeVar
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from padres.errors import PadresError
+from padres.messages import (
+    Advertisement,
+    CompositeSubscription,
+    Filter,
+    Message,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+)
+from padres.parser import parse_composite, parse_filter, parse_publication
+from padres.protocol import (
+    MAX_FRAME_BYTES,
+    CompositeNotify,
+    Envelope,
+    Error,
+    Hello,
+    Notify,
+    Ok,
+    Query,
+    QueryResult,
+    Rejected,
+    Role,
+    Welcome,
+    decode_frame,
+    encode_frame,
+)
+from padres.runtime.node import websocket_url
+
+__all__ = [
+    "BlockingClient",
+    "Client",
+    "ClientState",
+    "ConnectionLost",
+    "Delivery",
+    "RequestFailed",
+    "SubscriptionHandle",
+]
+
+log = logging.getLogger("padres.client")
+
+Delivery = Notify | CompositeNotify
+_T = TypeVar("_T")
+
+
+class ClientState(Enum):
+    CONNECTING = "connecting"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class RequestFailed(PadresError):
+    """The broker refused a request; ``ref`` is the request's id."""
+
+    def __init__(self, text: str, ref: str = "") -> None:
+        self.text = text
+        self.ref = ref
+        super().__init__(text)
+
+
+class ConnectionLost(PadresError):
+    """The connection to the broker is closed."""
+
+
+class SubscriptionHandle:
+    """A live subscription: iterate it for deliveries (unless it has a callback)."""
+
+    def __init__(self, client: Client, ident: str, callback: Callable[[Delivery], Any] | None):
+        self.id = ident
+        self._client = client
+        self._callback = callback
+        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+
+    def _deliver(self, delivery: Delivery | None) -> None:
+        if self._callback is not None and delivery is not None:
+            try:
+                self._callback(delivery)
+            except Exception:
+                log.exception("subscription %s: callback failed", self.id)
+        else:
+            self._queue.put_nowait(delivery)
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delivery]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    async def get(self, timeout: float | None = None) -> Delivery:
+        """The next delivery: ``TimeoutError`` after ``timeout`` s, ``ConnectionLost`` at end."""
+        item = await asyncio.wait_for(self._queue.get(), timeout)
+        if item is None:
+            self._queue.put_nowait(None)
+            raise ConnectionLost("the subscription ended")
+        return item
+
+    async def cancel(self) -> None:
+        await self._client.unsubscribe(self.id)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Client:
+    """An asyncio client of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        name: str = "client",
+        *,
+        on_error: Callable[[Error], Any] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.url = websocket_url(url)
+        self.name = name
+        self.timeout = timeout
+        self.state = ClientState.CONNECTING
+        self.session = ""
+        self.broker = ""
+        self.on_error = on_error or (lambda e: log.warning("broker refused %s: %s", e.ref, e.text))
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[Envelope]] = {}
+        self._subs: dict[str, SubscriptionHandle] = {}
+        self._ids = {k: itertools.count(1) for k in ("p", "s", "a")}
+        self._welcome: asyncio.Future[Welcome] | None = None
+
+    def _id(self, kind: str) -> str:
+        return f"{kind}{next(self._ids[kind])}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def connect(self) -> Client:
+        if self.state is not ClientState.CONNECTING or self._ws is not None:
+            raise PadresError(f"client is {self.state.value}; connect() goes once")
+        try:
+            self._ws = await connect(
+                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            self.state = ClientState.CLOSED
+            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from exc
+        self._welcome = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        await self._ws.send(encode_frame([Hello(self.name, Role.CLIENT)]))
+        welcome = await asyncio.wait_for(self._welcome, self.timeout)
+        self.session, self.broker = welcome.session, welcome.broker
+        self.state = ClientState.OPEN
+        return self
+
+    async def close(self) -> None:
+        if self.state is ClientState.CLOSED:
+            return
+        self.state = ClientState.CLOSED
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    async def __aenter__(self) -> Client:
+        return await self.connect()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def advertise(self, flt: str | Filter, id: str | None = None) -> str:
+        ident = id or self._id("a")
+        await self._request(ident, Advertisement(ident, _filter(flt)))
+        return ident
+
+    async def unadvertise(self, ident: str) -> None:
+        await self._request(ident, Unadvertise(ident))
+
+    async def subscribe(
+        self,
+        flt: str | Filter,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        ident = id or self._id("s")
+        return await self._subscribe(Subscription(ident, _filter(flt)), callback)
+
+    async def subscribe_composite(
+        self,
+        expression: str | CompositeSubscription,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        if isinstance(expression, CompositeSubscription):
+            sub = expression
+        else:
+            sub = parse_composite(expression, id=id or self._id("s"))
+        return await self._subscribe(sub, callback)
+
+    async def _subscribe(
+        self, sub: Subscription | CompositeSubscription, callback: Callable[[Delivery], Any] | None
+    ) -> SubscriptionHandle:
+        handle = self._subs[sub.id] = SubscriptionHandle(self, sub.id, callback)
+        try:
+            await self._request(sub.id, sub)
+        except BaseException:
+            self._subs.pop(sub.id, None)
+            raise
+        return handle
+
+    async def unsubscribe(self, ident: str) -> None:
+        await self._request(ident, Unsubscribe(ident))
+        handle = self._subs.pop(ident, None)
+        if handle is not None:
+            handle._deliver(None)
+
+    async def publish(
+        self, publication: str | Publication | dict[str, Any], id: str | None = None
+    ) -> str:
+        """Send a publication (PADRES text, a ``Publication`` or an attribute dict)."""
+        if isinstance(publication, Publication):
+            pub = publication
+        elif isinstance(publication, str):
+            pub = parse_publication(publication, id=id or self._id("p"), timestamp=_now())
+        else:
+            pub = Publication(id or self._id("p"), publication, _now(), "")
+        await self._send([pub])
+        return pub.id
+
+    async def publish_many(self, publications: list[Publication]) -> None:
+        """Send many publications in one frame."""
+        await self._send(publications)
+
+    async def query(self, what: str) -> tuple[str, ...]:
+        """The broker's routing table rows: 'subscriptions' or 'advertisements'."""
+        result = await self._request(f"?{what}", Query(what))
+        return result.rows if isinstance(result, QueryResult) else ()
+
+    async def _send(self, messages: list[Message] | list[Publication] | list[Envelope]) -> None:
+        if self.state is not ClientState.OPEN or self._ws is None:
+            raise ConnectionLost(f"client is {self.state.value}")
+        try:
+            await self._ws.send(encode_frame(messages))
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"connection to {self.url} closed: {exc}") from None
+
+    async def _request(self, ref: str, message: Envelope) -> Envelope:
+        if ref in self._pending:
+            raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._pending[ref] = future
+        try:
+            await self._send([message])
+            return await asyncio.wait_for(future, self.timeout)
+        finally:
+            self._pending.pop(ref, None)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        assert self._ws is not None
+        try:
+            async for data in self._ws:
+                for item in decode_frame(data):
+                    self._on_message(item)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.state = ClientState.CLOSED
+            lost = ConnectionLost(f"connection to {self.url} closed")
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(lost)
+            if self._welcome is not None and not self._welcome.done():
+                self._welcome.set_exception(lost)
+            for handle in self._subs.values():
+                handle._deliver(None)
+
+    def _on_message(self, item: Envelope | Rejected) -> None:
+        match item:
+            case Notify():
+                for sid in item.subscriptions:
+                    handle = self._subs.get(sid)
+                    if handle is not None:
+                        handle._deliver(item)
+            case CompositeNotify():
+                handle = self._subs.get(item.subscription)
+                if handle is not None:
+                    handle._deliver(item)
+            case Ok():
+                self._resolve(item.ref, item)
+            case QueryResult():
+                self._resolve(f"?{item.what}", item)
+            case Welcome():
+                if self._welcome is not None and not self._welcome.done():
+                    self._welcome.set_result(item)
+            case Error():
+                future = self._pending.get(item.ref)
+                if future is not None and not future.done():
+                    future.set_exception(RequestFailed(item.text, item.ref))
+                elif self._welcome is not None and not self._welcome.done():
+                    self._welcome.set_exception(RequestFailed(item.text, item.ref))
+                else:
+                    self.on_error(item)
+            case Rejected():
+                log.warning("undecodable message from the broker: %s", item.error)
+            case _:
+                log.debug("ignored %s from the broker", type(item).__name__)
+
+    def _resolve(self, key: str, value: Envelope) -> None:
+        future = self._pending.get(key)
+        if future is not None and not future.done():
+            future.set_result(value)
+
+
+def _filter(flt: str | Filter) -> Filter:
+    return flt if isinstance(flt, Filter) else parse_filter(flt)
+
+
+class BlockingClient:
+    """``Client`` for code without asyncio: its loop runs in a background thread.
+
+    Callbacks run on that thread; ``deliveries`` iterates a subscription from the caller's.
+    """
+
+    def __init__(self, url: str, name: str = "client", **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = Client(url, name, **options)
+        self._call(self._client.connect())
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def advertise(self, flt: str | Filter, id: str | None = None) -> str:
+        return self._call(self._client.advertise(flt, id))
+
+    def unadvertise(self, ident: str) -> None:
+        self._call(self._client.unadvertise(ident))
+
+    def subscribe(
+        self,
+        flt: str | Filter,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        return self._call(self._client.subscribe(flt, callback, id))
+
+    def subscribe_composite(
+        self,
+        expression: str,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        return self._call(self._client.subscribe_composite(expression, callback, id))
+
+    def unsubscribe(self, ident: str) -> None:
+        self._call(self._client.unsubscribe(ident))
+
+    def publish(
+        self, publication: str | Publication | dict[str, Any], id: str | None = None
+    ) -> str:
+        return self._call(self._client.publish(publication, id))
+
+    def query(self, what: str) -> tuple[str, ...]:
+        return self._call(self._client.query(what))
+
+    def deliveries(
+        self, handle: SubscriptionHandle, timeout: float | None = None
+    ) -> Iterator[Delivery]:
+        """Deliveries of ``handle`` as they come; stops after ``timeout`` s without one."""
+        while True:
+            try:
+                yield self._call(handle.get(timeout))
+            except (TimeoutError, ConnectionLost):
+                return
+
+    def close(self) -> None:
+        self._call(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
