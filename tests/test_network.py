@@ -1,0 +1,260 @@
+"""Real broker processes on loopback, real WebSocket clients: routing, failures, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+
+from padres.client import Client, Delivery, RequestFailed
+from padres.matching import matches
+from padres.messages import Publication
+from padres.parser import parse_filter, parse_publication
+from padres.protocol import MAX_FRAME_BYTES, Notify
+from padres.runtime.processes import BrokerProcess
+
+
+@pytest.fixture
+def brokers() -> Iterator[dict[str, BrokerProcess]]:
+    started: dict[str, BrokerProcess] = {}
+    yield started
+    for proc in started.values():
+        proc.stop()
+
+
+def _start(
+    brokers: dict[str, BrokerProcess], name: str, neighbors: Sequence[str] = (), port: int = 0
+) -> str:
+    proc = BrokerProcess(name, port=port, neighbors=neighbors, options=["--heartbeat", "1"])
+    brokers[name] = proc
+    return proc.start()
+
+
+async def _eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = check()
+        if result if isinstance(result, bool) else await result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def _routes_at(client: Client, count: int) -> None:
+    """Wait until the client's broker holds ``count`` subscriptions (routing has settled)."""
+
+    async def ready() -> bool:
+        return len(await client.query("subscriptions")) >= count
+
+    await _eventually(ready)
+
+
+def _health(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/health")) as r:
+        return orjson.loads(r.read())  # type: ignore[no-any-return]
+
+
+class _Inbox:
+    def __init__(self) -> None:
+        self.got: list[Delivery] = []
+
+    def __call__(self, delivery: Delivery) -> None:
+        self.got.append(delivery)
+
+    def ids(self) -> list[str]:
+        return sorted(d.publication.id for d in self.got if isinstance(d, Notify))
+
+
+_FILTERS = [
+    "[class,eq,'STOCK'],[price,>,10]",
+    "[class,eq,'STOCK'],[price,<,30]",
+    "[class,eq,'STOCK'],[symbol,eq,'AAPL']",
+    "[class,eq,'STOCK'],[symbol,str-prefix,'M'],[price,>=,20]",
+]
+
+
+def _quotes() -> list[Publication]:
+    out = []
+    for i in range(40):
+        symbol = ("AAPL", "MSFT", "IBM", "MMM")[i % 4]
+        out.append(
+            parse_publication(f"[class,'STOCK'],[symbol,'{symbol}'],[price,{i}]", id=f"q{i}")
+        )
+    return out
+
+
+async def _scenario(urls: dict[str, str], publisher_at: str, subscribers_at: list[str]) -> None:
+    """Subscribers at several brokers; every delivery exactly as the filters say, once."""
+    async with contextlib.AsyncExitStack() as stack:
+        await _run_scenario(stack, urls, publisher_at, subscribers_at)
+
+
+async def _run_scenario(
+    stack: contextlib.AsyncExitStack,
+    urls: dict[str, str],
+    publisher_at: str,
+    subscribers_at: list[str],
+) -> None:
+    pub = await stack.enter_async_context(Client(urls[publisher_at], "pub"))
+    subs = []
+    for i, at in enumerate(subscribers_at):
+        client = await stack.enter_async_context(Client(urls[at], f"sub{i}"))
+        inbox = _Inbox()
+        await client.subscribe(_FILTERS[i % len(_FILTERS)], inbox, id="s")
+        subs.append((client, inbox, parse_filter(_FILTERS[i % len(_FILTERS)])))
+    await pub.advertise("[class,eq,'STOCK'],[symbol,isPresent,''],[price,isPresent,0]")
+    await _routes_at(pub, 1)
+    await asyncio.sleep(0.3)  # let every subscription reach the publisher's broker
+    quotes = _quotes()
+    await pub.publish_many(quotes)
+    expected = [sorted(q.id for q in quotes if matches(f, q)) for _, _, f in subs]
+
+    async def done() -> bool:
+        return all(
+            len(inbox.got) >= len(e) for (_, inbox, _), e in zip(subs, expected, strict=True)
+        )
+
+    await _eventually(done)
+    await asyncio.sleep(0.2)  # anything extra would arrive now
+    assert [inbox.ids() for _, inbox, _ in subs] == expected
+
+
+def test_padres_demo_star_delivers_exactly_what_matches(brokers: dict[str, BrokerProcess]) -> None:
+    b = _start(brokers, "B")
+    urls = {"B": b, **{n: _start(brokers, n, [b]) for n in "ACDE"}}
+    asyncio.run(_scenario(urls, "A", ["C", "D", "E", "B", "A", "E"]))
+
+
+def test_cyclic_mesh_delivers_each_publication_once(brokers: dict[str, BrokerProcess]) -> None:
+    urls: dict[str, str] = {}
+    for name in ("M1", "M2", "M3", "M4"):
+        urls[name] = _start(brokers, name, list(urls.values()))  # each links to all before it
+    asyncio.run(_scenario(urls, "M1", ["M2", "M3", "M4", "M4", "M1"]))
+
+
+def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerProcess]) -> None:
+    b = _start(brokers, "B")
+    urls = {n: _start(brokers, n, [b]) for n in "ACD"}
+
+    async def run() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            await heal(stack)
+
+    async def heal(stack: contextlib.AsyncExitStack) -> None:
+        pub = await stack.enter_async_context(Client(urls["A"], "pub"))
+        await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        inboxes = []
+        for at in "CD":
+            client = await stack.enter_async_context(Client(urls[at], f"sub{at}"))
+            inbox = _Inbox()
+            await client.subscribe("[class,eq,'T']", inbox, id="s")
+            inboxes.append(inbox)
+        await _routes_at(pub, 1)
+        await asyncio.sleep(0.3)
+        await pub.publish("[class,'T'],[n,1]", id="before")
+        await _eventually(lambda: all(i.ids() == ["before"] for i in inboxes))
+
+        brokers["B"].kill()
+        await asyncio.sleep(0.5)
+        assert len(await pub.query("subscriptions")) == 0  # withdrawn with the link
+        brokers["B"].start()  # same port: the neighbours dial it again
+
+        await _eventually(lambda: _health(b)["neighbors"] == ["A", "C", "D"])
+        await _eventually(lambda: _health(b)["subscriptions"] == 2)
+        await _routes_at(pub, 1)
+        await pub.publish("[class,'T'],[n,2]", id="after")
+        await _eventually(lambda: all(i.ids() == ["after", "before"] for i in inboxes))
+
+    asyncio.run(run())
+
+
+def test_bad_frames_get_errors_and_the_broker_keeps_serving(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    url = _start(brokers, "B")
+
+    async def run() -> None:
+        async with Client(url, "watcher") as watcher, Client(url, "pub") as pub:
+            await check(watcher, pub)
+
+    async def check(watcher: Client, pub: Client) -> None:
+        inbox = _Inbox()
+        await watcher.subscribe("[class,eq,'T']", inbox)
+        async with connect(url) as raw:
+            await raw.send(b"{not json")
+            assert "not valid JSON" in orjson.loads(await raw.recv())[0]["text"]
+            early = {"v": 1, "type": "subscription", "id": "x", "filter": [["class", "eq", "T"]]}
+            await raw.send(orjson.dumps(early))
+            reply = orjson.loads(await raw.recv())[0]
+            assert reply["type"] == "error" and "hello" in reply["text"]
+            await raw.send(orjson.dumps({"v": 1, "type": "hello", "name": "raw", "role": "client"}))
+            assert orjson.loads(await raw.recv())[0]["type"] == "welcome"
+            bad = {"v": 1, "type": "subscription", "id": "s9", "filter": [["price", ">", "x"]]}
+            await raw.send(orjson.dumps([bad]))
+            reply = orjson.loads(await raw.recv())[0]
+            assert reply["type"] == "error" and reply["ref"] == "s9" and "$.filter" in reply["text"]
+            await raw.send(b"[" + b" " * (MAX_FRAME_BYTES + 10) + b"]")
+            assert "exceeds the limit" in orjson.loads(await raw.recv())[0]["text"]
+        with pytest.raises(RequestFailed, match="already exists"):
+            await pub.advertise("[class,eq,'T']", id="a")
+            await pub.advertise("[class,eq,'T']", id="a")
+        await pub.publish("[class,'T']", id="still-served")
+        await _eventually(lambda: inbox.ids() == ["still-served"])
+        await pub.close()
+        await watcher.close()
+
+    asyncio.run(run())
+
+
+def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
+    b = _start(brokers, "B")
+    a = _start(brokers, "A", [b])
+    sub = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "padres.cli",
+            "sub",
+            "--broker",
+            b,
+            "--json",
+            "--count",
+            "2",
+            "--timeout",
+            "20",
+            "[class,eq,'T'],[v,>,1]",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert sub.stderr is not None
+    assert b"subscribed" in sub.stderr.readline()
+    pub = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "padres.cli",
+            "pub",
+            "--broker",
+            a,
+            "[class,'T'],[v,1]",
+            "[class,'T'],[v,2]",
+            "[class,'T'],[v,3]",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert pub.returncode == 0, pub.stderr
+    out, _ = sub.communicate(timeout=30)
+    lines = [orjson.loads(line) for line in out.splitlines()]
+    assert [line["publication"]["attributes"]["v"] for line in lines] == [2, 3]
+    assert all(line["subscriptions"] == ["s1"] for line in lines)
