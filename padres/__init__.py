@@ -1,10 +1,12 @@
 """padres: distributed content-based publish/subscribe.
 
 The public API: the message model, reading and writing PADRES text and the JSON wire format,
-and matching.
+matching, the broker core and the client.
 """
 
 from padres.batch import BatchReader, parse_batch
+from padres.broker import Broker, Covering
+from padres.client import BlockingClient, Client, ConnectionLost, RequestFailed
 from padres.errors import (
     DecodeError,
     DuplicateId,
@@ -51,9 +53,14 @@ __all__ = [
     "AllOf",
     "AnyOf",
     "BatchReader",
+    "BlockingClient",
+    "Broker",
+    "Client",
     "CompositeLimits",
     "CompositeMatch",
     "CompositeSubscription",
+    "ConnectionLost",
+    "Covering",
     "DecodeError",
     "DuplicateId",
     "Expression",
@@ -69,6 +76,7 @@ __all__ = [
     "Predicate",
     "Publication",
     "ReferenceMatcher",
+    "RequestFailed",
     "ReteMatcher",
     "Subscription",
     "Unadvertise",

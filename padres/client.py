@@ -59,8 +59,8 @@ from padres.protocol import (
     Welcome,
     decode_frame,
     encode_frame,
+    websocket_url,
 )
-from padres.runtime.node import websocket_url
 
 __all__ = [
     "BlockingClient",

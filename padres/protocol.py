@@ -49,6 +49,7 @@ __all__ = [
     "encode_frame",
     "envelope_from_dict",
     "envelope_to_dict",
+    "websocket_url",
 ]
 
 MAX_FRAME_BYTES: Final = 4 * MAX_MESSAGE_BYTES
@@ -386,6 +387,12 @@ def envelope_from_dict(obj: Any) -> Envelope:
         except (InvalidMessage, ValueError) as exc:
             raise DecodeError(str(exc)) from None
     return from_dict(obj)
+
+
+def websocket_url(url: str) -> str:
+    """``ws://host:port`` or ``ws://host:port/ws``: a broker's WebSocket endpoint."""
+    url = url.rstrip("/")
+    return url if url.endswith("/ws") else f"{url}/ws"
 
 
 def encode_frame(messages: Iterable[Envelope]) -> bytes:

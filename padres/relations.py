@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from padres.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, evaluate
@@ -199,6 +200,12 @@ def _spaces(predicates: Iterable[Predicate]) -> dict[str, _Space]:
     return dict(spaces)
 
 
+@lru_cache(maxsize=1 << 16)
+def _filter_spaces(flt: Filter) -> dict[str, _Space]:
+    """A filter's spaces, computed once for filters compared again and again (read-only)."""
+    return _spaces(flt.predicates)
+
+
 def _merged(a: Filter, b: Filter) -> dict[str, _Space]:
     return _spaces([*a.predicates, *b.predicates])
 
@@ -222,13 +229,14 @@ def overlaps(a: Filter, b: Filter, *, b_closed: bool = False) -> bool:
 
 def covers(a: Filter, b: Filter) -> bool:
     """Whether every publication that matches ``b`` also matches ``a``."""
-    mine = _spaces(a.predicates)
-    theirs = _spaces(b.predicates)
+    mine = _filter_spaces(a)
+    theirs = _filter_spaces(b)
+    if not mine.keys() <= theirs.keys():
+        return False  # b lets some attribute of a be absent
     for attribute, space in mine.items():
-        other = theirs.get(attribute)
-        if other is None:
-            return False  # b lets the attribute be absent; a does not
-        if not _within(other, space, [p for p in a.predicates if p.attribute == attribute]):
+        if not _within(
+            theirs[attribute], space, [p for p in a.predicates if p.attribute == attribute]
+        ):
             return False
     return True
 

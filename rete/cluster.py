@@ -46,7 +46,7 @@ class Entry:
     """All the tests, kept only while the cluster is small enough to evaluate them directly."""
 
 
-SMALL: Final = 64
+SMALL: Final = 16
 """Default size up to which a cluster evaluates its conditions directly."""
 
 

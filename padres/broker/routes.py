@@ -23,15 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import islice
+from itertools import combinations, islice
 from typing import Final, TypeAlias
 
 from padres.broker.trees import Trees
-from padres.messages import Filter, Publication, Subscription
+from padres.messages import Filter, Predicate, Publication, Subscription
 from padres.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
 from padres.relations import covers, overlaps
 from padres.rete_engine import to_conjunction
 from rete import Activation, Network
+from rete.operators import Op
 
 __all__ = ["COVER_SCAN", "Covering", "Out", "Route", "Routes"]
 
@@ -86,8 +87,8 @@ class Routes:
         self._routes: dict[str, Route] = {}
         self._local: dict[str, dict[str, Route]] = {}
         self._on_tree: dict[str, set[str]] = {}
-        self._sent_at: dict[Slot, dict[str, dict[Filter, dict[str, None]]]] = {}
-        """slot -> class -> filter -> ids of the subscriptions forwarded there."""
+        self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
+        """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
 
     def __len__(self) -> int:
         return len(self._routes)
@@ -265,7 +266,7 @@ class Routes:
                 return []
         route.sent.add(slot)
         flt = route.sub.filter
-        self._sent_at.setdefault(slot, {}).setdefault(flt.class_name, {}).setdefault(flt, {})[
+        self._sent_at.setdefault(slot, {}).setdefault(eq_key(flt), {}).setdefault(flt, {})[
             route.id
         ] = None
         out: list[Out] = [(slot[0], RouteSubscribe(route.sub, (slot[1],)))]
@@ -300,15 +301,16 @@ class Routes:
     def _unindex(self, route: Route, slot: Slot) -> None:
         route.sent.discard(slot)
         flt = route.sub.filter
-        by_class = self._sent_at[slot]
-        by_filter = by_class[flt.class_name]
+        key = eq_key(flt)
+        by_key = self._sent_at[slot]
+        by_filter = by_key[key]
         same = by_filter[flt]
         del same[route.id]
         if not same:
             del by_filter[flt]
             if not by_filter:
-                del by_class[flt.class_name]
-                if not by_class:
+                del by_key[key]
+                if not by_key:
                     del self._sent_at[slot]
 
     def _forget_slots(self, route: Route, gone: Callable[[Slot], bool]) -> None:
@@ -320,29 +322,69 @@ class Routes:
         for slot in [s for s in route.hidden_by if gone(s)]:
             self._unhide(route, slot)
 
-    def _candidates(self, route: Route, slot: Slot) -> Iterator[Route]:
-        mine = route.sub.filter
-        by_filter = self._sent_at.get(slot, {}).get(mine.class_name, {})
-        same = by_filter.get(mine)
-        if same:
-            yield from (self._routes[sid] for sid in same if sid != route.id)
-        others = (
-            self._routes[sid] for flt, sids in by_filter.items() if flt != mine for sid in sids
-        )
-        yield from islice(others, COVER_SCAN)
-
     def _coverer(self, route: Route, slot: Slot) -> Route | None:
-        for other in self._candidates(route, slot):
-            if other.sub.filter == route.sub.filter or covers(other.sub.filter, route.sub.filter):
-                return other
+        """A subscription forwarded to ``slot`` that covers ``route``'s, if one is found.
+
+        A covering filter's equality predicates are among the covered one's, so only the
+        filters filed under a subset of its equality key can cover it.
+        """
+        mine = route.sub.filter
+        by_key = self._sent_at.get(slot)
+        if not by_key:
+            return None
+        key = eq_key(mine)
+        same = by_key.get(key, {}).get(mine)
+        if same:
+            return self._routes[next(iter(same))]
+        others = (
+            (flt, sids)
+            for sub_key in _subkeys(key)
+            for flt, sids in by_key.get(sub_key, {}).items()
+            if flt != mine
+        )
+        for flt, sids in islice(others, COVER_SCAN):
+            if covers(flt, mine):
+                return self._routes[next(iter(sids))]
         return None
 
     def _covered_by(self, route: Route, slot: Slot) -> list[Route]:
+        """Subscriptions forwarded to ``slot`` that ``route`` covers (among a bounded few)."""
+        mine = route.sub.filter
+        key = eq_key(mine)
+        others = (
+            (flt, sids)
+            for other_key, by_filter in self._sent_at.get(slot, {}).items()
+            if key <= other_key
+            for flt, sids in by_filter.items()
+            if flt != mine
+        )
         return [
-            other
-            for other in self._candidates(route, slot)
-            if other is not route and covers(route.sub.filter, other.sub.filter)
+            self._routes[sid]
+            for flt, sids in islice(others, COVER_SCAN)
+            if covers(mine, flt)
+            for sid in sids
         ]
+
+
+EqKey: TypeAlias = frozenset[Predicate]
+
+
+def eq_key(flt: Filter) -> EqKey:
+    """A filter's string and boolean equality predicates (its class among them)."""
+    return frozenset(p for p in flt.predicates if p.op is Op.EQ)
+
+
+def _subkeys(key: EqKey) -> Iterator[EqKey]:
+    """The subsets of an equality key that keep its class predicate, largest first."""
+    rest = [p for p in key if p.attribute != "class"]
+    cls = key - set(rest)
+    if len(rest) > 6:  # too many to enumerate: the key itself and the class alone
+        yield key
+        yield frozenset(cls)
+        return
+    for size in range(len(rest), -1, -1):
+        for chosen in combinations(rest, size):
+            yield cls | frozenset(chosen)
 
 
 def _batched(outs: list[Out]) -> list[Out]:

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from padres.bench import match, parse
+from padres.bench import match, network, overlay, parse
+from padres.broker import Covering
 
 
 def register(commands: Any) -> None:
@@ -32,6 +33,25 @@ def register(commands: Any) -> None:
     )
     m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     m.set_defaults(run=run_match)
+    o = benches.add_parser("overlay", help="simulated random cyclic overlay, checked by an oracle")
+    o.add_argument("--brokers", type=int, default=1000)
+    o.add_argument("--clients", type=int, default=5000)
+    o.add_argument("--rounds", type=int, default=10)
+    o.add_argument("--operations", type=int, default=1000, help="operations per round")
+    o.add_argument("--covering", choices=[c.value for c in Covering], default="lazy")
+    o.add_argument("--seed", type=int, default=1)
+    o.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    o.set_defaults(run=run_overlay)
+    n = benches.add_parser("network", help="3-broker chain of real processes: rate and latency")
+    n.add_argument("--subs", type=int, default=10_000)
+    n.add_argument("--pubs", type=int, default=50_000, help="publications for the throughput run")
+    n.add_argument("--rate", type=float, default=5_000, help="publications per second, latency run")
+    n.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
+    n.add_argument(
+        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
+    )
+    n.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    n.set_defaults(run=run_network)
 
 
 def run_parse(args: argparse.Namespace) -> int:
@@ -44,3 +64,22 @@ def run_match(args: argparse.Namespace) -> int:
     result = match.run(args.workload, args.subs, args.pubs, args.seed, args.data)
     print(orjson.dumps(result).decode() if args.json else match.report(result))
     return 0
+
+
+def run_overlay(args: argparse.Namespace) -> int:
+    result = overlay.run(
+        args.brokers,
+        args.clients,
+        args.rounds,
+        args.operations,
+        args.seed,
+        Covering(args.covering),
+    )
+    print(orjson.dumps(result).decode() if args.json else overlay.report(result))
+    return 1 if result["violations"] else 0
+
+
+def run_network(args: argparse.Namespace) -> int:
+    result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data)
+    print(orjson.dumps(result).decode() if args.json else network.report(result))
+    return 1 if result["duplicates"] else 0

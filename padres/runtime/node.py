@@ -35,10 +35,11 @@ from padres.protocol import (
     Rejected,
     decode_frame,
     envelope_to_dict,
+    websocket_url,
 )
 from padres.runtime.outbox import Outbox
 
-__all__ = ["BrokerNode", "websocket_url"]
+__all__ = ["BrokerNode"]
 
 log = logging.getLogger("padres.broker")
 
@@ -46,12 +47,6 @@ CLIENT_QUEUE: Final = 100_000
 BROKER_QUEUE: Final = 1_000_000
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 5.0
-
-
-def websocket_url(url: str) -> str:
-    """``ws://host:port`` or ``ws://host:port/ws``: the broker's WebSocket endpoint."""
-    url = url.rstrip("/")
-    return url if url.endswith("/ws") else f"{url}/ws"
 
 
 class BrokerNode:

@@ -1,0 +1,199 @@
+"""``padres bench network``: a 3-broker chain of real processes on loopback.
+
+B1 - B2 - B3, each a ``padres broker`` process. One subscriber client per broker holds a third
+of the subscriptions (the stock workload: real quotes, PADRES-style subscriptions); one
+publisher at B1 sends real quotes. Two figures:
+
+- throughput: quotes sent as fast as the publisher can, in frames of 500, until every expected
+  delivery has arrived; publications per second end to end;
+- latency at a fixed rate (5,000 per second by default): each quote carries its send time;
+  p50 and p99 of arrival minus send time over every delivery.
+
+The expected deliveries come from the Rete matcher run in this process over the same quotes
+and subscriptions, and the run fails loudly if the overlay delivered anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from padres.bench import machine
+from padres.bench.workloads import stock_publications, stock_subscriptions
+from padres.client import Client, Delivery
+from padres.messages import Publication
+from padres.protocol import Error, Notify
+from padres.rete_engine import ReteMatcher
+from padres.runtime.processes import BrokerProcess
+
+__all__ = ["report", "run"]
+
+_ADV = (
+    "[class,eq,'STOCK'],[symbol,isPresent,''],[open,isPresent,0],[high,isPresent,0],"
+    "[low,isPresent,0],[close,isPresent,0],[volume,isPresent,0],[date,isPresent,'']"
+)
+
+
+class _Counter:
+    """Counts one client's deliveries (a delivery naming several of its subscriptions is
+    handed to each of them: it counts once)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.latencies: list[float] = []
+        self.by_pub: dict[str, int] = {}
+        self._last: Delivery | None = None
+
+    def __call__(self, delivery: Delivery) -> None:
+        if delivery is self._last:
+            return
+        self._last = delivery
+        if isinstance(delivery, Notify):
+            self.count += 1
+            pid = delivery.publication.id
+            self.by_pub[pid] = self.by_pub.get(pid, 0) + 1
+            sent = delivery.publication.attributes.get("sent")
+            if isinstance(sent, float):
+                self.latencies.append(time.time() - sent)
+
+
+def _expected(subs_per_client: list[list[Any]], pubs: list[Publication]) -> int:
+    total = 0
+    for subs in subs_per_client:
+        matcher = ReteMatcher()
+        for sub in subs:
+            matcher.add(sub)
+        total += sum(1 for p in pubs if matcher.match(p).subscriptions)
+    return total
+
+
+async def _wait(
+    counters: list[_Counter], expected: int, timeout: float, refused: list[Error]
+) -> float:
+    deadline = time.perf_counter() + timeout
+    while sum(c.count for c in counters) < expected:
+        if refused:
+            raise RuntimeError(f"the broker refused a publication: {refused[0].text}")
+        if time.perf_counter() > deadline:
+            got = sum(c.count for c in counters)
+            raise RuntimeError(f"only {got} of {expected} deliveries arrived")
+        await asyncio.sleep(0.002)
+    return time.perf_counter()
+
+
+async def _settled(client: Client, quiet: float = 1.0) -> None:
+    """Wait until the client's broker has held the same number of subscriptions for ``quiet``
+    seconds: the subscriptions have found their way back to it."""
+    last, since = -1, time.perf_counter()
+    while time.perf_counter() - since < quiet:
+        count = len(await client.query("subscriptions"))
+        if count != last:
+            last, since = count, time.perf_counter()
+        await asyncio.sleep(0.1)
+
+
+async def _bench(
+    urls: list[str], subs: int, pubs: int, rate: float, seconds: float, data: Path | None
+) -> dict[str, Any]:
+    quotes = stock_publications(data)
+    workload = list(stock_subscriptions(subs, quotes, seed=1))
+    shares = [workload[i :: len(urls)] for i in range(len(urls))]
+    async with contextlib.AsyncExitStack() as stack:
+        refused: list[Error] = []
+        publisher = await stack.enter_async_context(
+            Client(urls[0], "bench-pub", on_error=refused.append)
+        )
+        counters = []
+        for i, (url, share) in enumerate(zip(urls, shares, strict=True)):
+            client = await stack.enter_async_context(Client(url, f"bench-sub{i}", timeout=60))
+            counter = _Counter()
+            counters.append(counter)
+            for sub in share:
+                await client.subscribe(sub.filter, counter, id=sub.id)
+        await publisher.advertise(_ADV)
+        await publisher.advertise(_ADV + ",[sent,isPresent,0]")
+        await _settled(publisher)
+
+        # Throughput: as fast as the publisher can send.
+        batch = quotes[:pubs]
+        expected = _expected(shares, batch)
+        started = time.perf_counter()
+        for start in range(0, len(batch), 500):
+            await publisher.publish_many(batch[start : start + 500])
+        finished = await _wait(counters, expected, 120, refused)
+        throughput = len(batch) / (finished - started)
+        duplicates = sum(n - 1 for c in counters for n in c.by_pub.values() if n > 1)
+
+        # Latency at a fixed rate.
+        for c in counters:
+            c.count, c.latencies, c.by_pub = 0, [], {}
+        paced = quotes[pubs : pubs + int(rate * seconds)] or quotes[: int(rate * seconds)]
+        expected_paced = _expected(shares, paced)
+        tick = 0.01
+        per_tick = max(1, int(rate * tick))
+        begin = time.perf_counter()
+        for i in range(0, len(paced), per_tick):
+            now = time.time()
+            chunk = [
+                replace(q, id=f"l{i + j}", attributes={**q.attributes, "sent": now})
+                for j, q in enumerate(paced[i : i + per_tick])
+            ]
+            await publisher.publish_many(chunk)
+            delay = begin + (i // per_tick + 1) * tick - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await _wait(counters, expected_paced, 60, refused)
+        latencies = sorted(x * 1000 for c in counters for x in c.latencies)
+    return {
+        "machine": machine(),
+        "brokers": len(urls),
+        "subscriptions": subs,
+        "throughput_pubs": len(batch),
+        "throughput_deliveries": expected,
+        "publications_per_second": throughput,
+        "duplicates": duplicates,
+        "rate": rate,
+        "paced_pubs": len(paced),
+        "latency_p50_ms": statistics.median(latencies) if latencies else None,
+        "latency_p99_ms": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
+        "latency_samples": len(latencies),
+    }
+
+
+def run(
+    subs: int = 10_000,
+    pubs: int = 50_000,
+    rate: float = 5_000,
+    seconds: float = 5.0,
+    data: Path | None = None,
+) -> dict[str, Any]:
+    procs = [BrokerProcess("B1")]
+    procs[0].start()
+    try:
+        for name in ("B2", "B3"):
+            proc = BrokerProcess(name, neighbors=[procs[-1].url])
+            proc.start()
+            procs.append(proc)
+        return asyncio.run(_bench([p.url for p in procs], subs, pubs, rate, seconds, data))
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def report(r: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"{r['brokers']}-broker chain (real processes, loopback), {r['subscriptions']:,} "
+            "subscriptions spread over the brokers, publisher at the first",
+            f"  throughput: {r['publications_per_second']:,.0f} publications per second end to "
+            f"end ({r['throughput_pubs']:,} quotes, {r['throughput_deliveries']:,} deliveries, "
+            f"{r['duplicates']} duplicates)",
+            f"  latency at {r['rate']:,.0f} per second: p50 {r['latency_p50_ms']:.2f} ms, "
+            f"p99 {r['latency_p99_ms']:.2f} ms ({r['latency_samples']:,} deliveries)",
+        ]
+    )
