@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from padres.runtime.processes import BrokerProcess
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", "docs/rete.md"]
 
@@ -21,8 +23,34 @@ def _examples() -> list[tuple[str, str]]:
     return found
 
 
+EXAMPLE_BROKER = "ws://127.0.0.1:8001"
+
+
+def _promised(code: str) -> list[str]:
+    """What the example says it prints: ``print(...)  # output`` and a final ``# output`` line."""
+    lines = code.rstrip().splitlines()
+    out = [m.group(1) for m in re.finditer(r"print\(.*\)\s+# (.*)", code)]
+    if lines and lines[-1].startswith("# "):
+        out.append(lines[-1][2:])
+    return out
+
+
 @pytest.mark.parametrize(("where", "code"), _examples(), ids=[w for w, _ in _examples()])
-def test_example_runs(where: str, code: str, tmp_path: Path) -> None:
+def test_example_runs(
+    where: str, code: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker = None
+    if EXAMPLE_BROKER in code:  # the example talks to a broker: start a real one for it
+        broker = BrokerProcess("B1")
+        code = code.replace(EXAMPLE_BROKER, broker.start())
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
-    runpy.run_path(str(script), run_name="__main__")
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        if broker is not None:
+            broker.stop()
+    printed = capsys.readouterr().out
+    for promise in _promised(code):
+        if promise.startswith(("{", "(")):  # printed values, not prose
+            assert promise in printed, f"{where}: expected {promise!r} in {printed!r}"

@@ -1,0 +1,114 @@
+"""Frames and the session / routing messages: round trips, and clear errors for bad input."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from padres.errors import DecodeError
+from padres.parser import (
+    parse_advertisement,
+    parse_composite,
+    parse_publication,
+    parse_subscription,
+)
+from padres.protocol import (
+    MAX_FRAME_BYTES,
+    CompositeNotify,
+    Envelope,
+    Error,
+    Hello,
+    Notify,
+    Ok,
+    Query,
+    QueryResult,
+    Rejected,
+    Role,
+    RouteAdvertise,
+    RoutePublish,
+    RouteSubscribe,
+    RouteUnadvertise,
+    RouteUnsubscribe,
+    Welcome,
+    decode_frame,
+    encode_frame,
+    websocket_url,
+)
+
+_PUB = parse_publication(
+    "[class,'Order'],[price,120],[item,'shoes']",
+    id="p1",
+    timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+)
+
+MESSAGES: list[Envelope] = [
+    Hello("alice"),
+    Hello("B2", Role.BROKER),
+    Welcome("B1", "alice@B1"),
+    Ok("s1"),
+    Error("no subscription 's9'", "s9"),
+    Notify(_PUB, ("s1", "s2")),
+    CompositeNotify("c1", (_PUB, _PUB), {"X": "gold", "N": 3}),
+    Query("subscriptions"),
+    QueryResult("advertisements", ("a b", "c d")),
+    RouteAdvertise(parse_advertisement("[class,eq,'Order']", id="B1#x.1"), "B1#x.1", ("B1", "B2")),
+    RouteUnadvertise("B1#x.1", "B1#x.1", lost=True),
+    RouteSubscribe(parse_subscription("[class,eq,'Order'],[price,>,1]", id="B3#y.4"), ("t1", "t2")),
+    RouteUnsubscribe("B3#y.4", ("t1",)),
+    RoutePublish(_PUB, "t1"),
+    parse_composite("{[class,eq,'A'],[k,eq,$X]} & {[class,eq,'B'],[k,eq,$X]}", id="c1"),
+    _PUB,
+]
+
+
+def test_every_message_survives_a_frame_round_trip() -> None:
+    assert decode_frame(encode_frame(MESSAGES)) == MESSAGES
+
+
+def test_a_single_object_is_a_frame_too() -> None:
+    assert decode_frame(b'{"v": 1, "type": "ok", "ref": "s1"}') == [Ok("s1")]
+
+
+def test_a_bad_message_is_rejected_in_place_naming_field_and_id() -> None:
+    frame = orjson.dumps(
+        [
+            {"v": 1, "type": "ok", "ref": "a"},
+            {"v": 1, "type": "subscription", "id": "s7", "filter": [["price", ">", "x"]]},
+            {"v": 1, "type": "route_subscribe", "subscription": {"v": 1}, "trees": []},
+            {"v": 1, "type": "hello", "name": "x", "role": "king"},
+            {"v": 1, "type": "ok", "ref": "b"},
+        ]
+    )
+    first, bad, nested, role, last = decode_frame(frame)
+    assert first == Ok("a") and last == Ok("b")
+    assert isinstance(bad, Rejected) and bad.ref == "s7" and "$.filter" in str(bad.error)
+    assert isinstance(nested, Rejected) and "$.subscription" in str(nested.error)
+    assert isinstance(role, Rejected) and "king" in str(role.error)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"{nope", "not valid JSON"),
+        (b"[" + b" " * MAX_FRAME_BYTES + b"]", "exceeds the limit"),
+    ],
+)
+def test_a_bad_frame_is_refused_as_a_whole(data: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        decode_frame(data)
+
+
+def test_version_and_unknown_fields_are_checked() -> None:
+    old, extra = decode_frame(
+        orjson.dumps(
+            [{"v": 2, "type": "ok", "ref": "a"}, {"v": 1, "type": "ok", "ref": "a", "x": 1}]
+        )
+    )
+    assert isinstance(old, Rejected) and "unsupported version" in str(old.error)
+    assert isinstance(extra, Rejected) and "unknown field 'x'" in str(extra.error)
+
+
+def test_websocket_url_accepts_both_forms() -> None:
+    assert websocket_url("ws://h:1") == websocket_url("ws://h:1/ws/") == "ws://h:1/ws"
