@@ -24,7 +24,7 @@ from padres.messages import (
     Subscription,
     check_id,
 )
-from padres.wire import MAX_MESSAGE_BYTES, VERSION, from_dict, to_dict
+from padres.wire import MAX_MESSAGE_BYTES, VERSION, from_dict, load_json, to_dict
 from rete.operators import Value
 
 __all__ = [
@@ -423,13 +423,7 @@ def decode_frame(
 
     A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
     """
-    size = len(data.encode() if isinstance(data, str) else data)
-    if size > max_bytes:
-        raise DecodeError(f"frame of {size} bytes exceeds the limit of {max_bytes} bytes")
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    obj = load_json(data, max_bytes, "frame")
     items = obj if type(obj) is list else [obj]
     out: list[Envelope | Rejected] = []
     for item in items:

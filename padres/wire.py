@@ -45,7 +45,15 @@ from padres.messages import (
 )
 from rete.operators import Op
 
-__all__ = ["MAX_MESSAGE_BYTES", "VERSION", "decode", "encode", "from_dict", "to_dict"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "VERSION",
+    "decode",
+    "encode",
+    "from_dict",
+    "load_json",
+    "to_dict",
+]
 
 VERSION: Final = 1
 MAX_MESSAGE_BYTES: Final = 1 << 20
@@ -270,13 +278,17 @@ def from_dict(obj: Any) -> Message:
         raise DecodeError(str(exc)) from None
 
 
-def decode(data: bytes | str, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
-    """Decode one JSON message; oversized or malformed input raises ``DecodeError``."""
+def load_json(data: bytes | str, max_bytes: int, what: str = "message") -> Any:
+    """Parse JSON text of at most ``max_bytes``; too large or malformed raises ``DecodeError``."""
     size = len(data.encode() if isinstance(data, str) else data)
     if size > max_bytes:
-        raise DecodeError(f"message of {size} bytes exceeds the limit of {max_bytes} bytes")
+        raise DecodeError(f"{what} of {size} bytes exceeds the limit of {max_bytes} bytes")
     try:
-        obj = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
-    return from_dict(obj)
+
+
+def decode(data: bytes | str, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """Decode one JSON message; oversized or malformed input raises ``DecodeError``."""
+    return from_dict(load_json(data, max_bytes))

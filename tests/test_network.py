@@ -177,6 +177,31 @@ def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerPro
     asyncio.run(run())
 
 
+def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    b = _start(brokers, "B")
+    a = _start(brokers, "A", [b])
+    c = _start(brokers, "C", [b])
+
+    async def run() -> None:
+        async with Client(a, "pub") as pub, Client(c, "sub") as sub:
+            inbox = _Inbox()
+            await pub.advertise("[class,eq,'T']")
+            await sub.subscribe("[class,eq,'T']", inbox, id="s")
+            await _routes_at(pub, 1)
+            brokers["C"].pause()  # C hangs: its socket stays open, but it answers nothing
+            await _eventually(lambda: _health(b)["neighbors"] == ["A"], timeout=10)
+            assert await pub.query("subscriptions") == ()  # withdrawn: C stopped answering
+            brokers["C"].resume()  # C notices its link is gone, dials again, resends
+            await _eventually(lambda: _health(b)["neighbors"] == ["A", "C"], timeout=15)
+            await _routes_at(pub, 1)
+            await pub.publish("[class,'T']", id="back")
+            await _eventually(lambda: inbox.ids() == ["back"])
+
+    asyncio.run(run())
+
+
 def test_bad_frames_get_errors_and_the_broker_keeps_serving(
     brokers: dict[str, BrokerProcess],
 ) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -355,6 +356,7 @@ def run(
     seed: int = 1,
     covering: Covering = Covering.LAZY,
     extra_links: float = 0.5,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the overlay, run the rounds, check them; returns figures and any violations."""
     rng = random.Random(seed)
@@ -366,9 +368,16 @@ def run(
     for a, b in edges:
         sim.link(a, b)
     sim.run()
+    if progress:
+        progress(f"overlay of {brokers} brokers and {len(edges)} links built")
     driver = Driver(sim, clients, rng)
-    for _ in range(rounds):
+    for i in range(rounds):
         driver.round(operations)
+        if progress:
+            progress(
+                f"round {i + 1}/{rounds}: {sim.delivered:,} messages, "
+                f"{len(driver.oracle.violations)} violations, {time.perf_counter() - started:.1f} s"
+            )
     peak_routes = sum(len(b.routes) for b in sim.brokers.values())
     peak_trees = sum(len(b.trees) for b in sim.brokers.values())
     driver.finish()

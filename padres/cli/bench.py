@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,9 @@ def register(commands: Any) -> None:
     m.set_defaults(run=run_match)
     o = benches.add_parser("overlay", help="simulated random cyclic overlay, checked by an oracle")
     o.add_argument("--brokers", type=int, default=1000)
-    o.add_argument("--clients", type=int, default=5000)
+    o.add_argument("--clients", type=int, default=2000)
     o.add_argument("--rounds", type=int, default=10)
-    o.add_argument("--operations", type=int, default=1000, help="operations per round")
+    o.add_argument("--operations", type=int, default=500, help="operations per round")
     o.add_argument("--covering", choices=[c.value for c in Covering], default="lazy")
     o.add_argument("--seed", type=int, default=1)
     o.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -74,6 +75,7 @@ def run_overlay(args: argparse.Namespace) -> int:
         args.operations,
         args.seed,
         Covering(args.covering),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(orjson.dumps(result).decode() if args.json else overlay.report(result))
     return 1 if result["violations"] else 0

@@ -74,8 +74,18 @@ class BrokerProcess:
             self._proc.send_signal(signal.SIGKILL)
             self._proc.wait(10)
 
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): alive, but silent, as a hung machine would be."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
+            self.resume()
             self._proc.terminate()
             try:
                 self._proc.wait(10)
