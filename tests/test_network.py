@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -283,3 +284,46 @@ def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
     lines = [orjson.loads(line) for line in out.splitlines()]
     assert [line["publication"]["attributes"]["v"] for line in lines] == [2, 3]
     assert all(line["subscriptions"] == ["s1"] for line in lines)
+
+
+def test_client_shell_speaks_padres_commands(
+    brokers: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    url = _start(brokers, "B")
+    batch = tmp_path / "more.txt"
+    batch.write_text("p [class,'T'],[v,7]\n", encoding="utf-8")
+    script = "\n".join(
+        [
+            "help",
+            "a [class,eq,'T'],[v,isPresent,0]",
+            "s [class,eq,'T'],[v,>,5]",
+            "p [class,'T'],[v,9]",
+            "p [class,'T'],[v,1]",
+            f"batch {batch}",
+            "s [class,eq,'T'],[v,>,'oops']",
+            "printsubs",
+            "printadvs",
+            "us s1",
+            "us s9",
+            "quit",
+            "",
+        ]
+    )
+    shell = subprocess.run(
+        [sys.executable, "-m", "padres.cli", "client", "--broker", url, "--name", "me"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = shell.stdout
+    assert shell.returncode == 0, shell.stderr
+    assert "connected to B as me@B" in out and "printsubs" in out  # help text
+    assert "advertised a1: [class,eq,'T'],[v,isPresent]" in out
+    assert "subscribed s1: [class,eq,'T'],[v,>,5]" in out
+    assert "s1 <- [class,'T'],[v,9]" in out and "s1 <- [class,'T'],[v,7]" in out
+    assert "[v,1]" not in out
+    assert "error: line 1, column" in out and "takes a number" in out  # 'oops' is refused
+    assert "[class,eq,'T'],[v,>,5] from=" in out  # printsubs: the broker's table
+    assert "tree=" in out  # printadvs
+    assert "unsubscribed s1" in out and "error: no subscription 's9'" in out
