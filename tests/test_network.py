@@ -327,3 +327,29 @@ def test_client_shell_speaks_padres_commands(
     assert "[class,eq,'T'],[v,>,5] from=" in out  # printsubs: the broker's table
     assert "tree=" in out  # printadvs
     assert "unsubscribed s1" in out and "error: no subscription 's9'" in out
+
+
+def test_pub_reports_refused_publications(brokers: dict[str, BrokerProcess]) -> None:
+    url = _start(brokers, "B")
+    pub = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "padres.cli",
+            "pub",
+            "--broker",
+            url,
+            "--settle",
+            "0",
+            "--adv",
+            "[class,eq,'T'],[v,<,5]",
+            "[class,'T'],[v,1]",
+            "[class,'T'],[v,9]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert pub.returncode == 1
+    assert "error (p2): publication 'p2' matches none of the advertisements" in pub.stderr
+    assert "published 1 of 2 publications" in pub.stderr

@@ -85,8 +85,15 @@ def _format(delivery: Delivery, as_json: bool) -> str:
     return f"{','.join(delivery.subscriptions)} <- {format_message(delivery.publication)}"
 
 
-async def _connect(args: argparse.Namespace, default_name: str) -> Client:
-    client = Client(args.broker, args.name or default_name, on_error=_print_error)
+async def _connect(
+    args: argparse.Namespace, default_name: str, refused: list[Error] | None = None
+) -> Client:
+    def report(error: Error) -> None:
+        _print_error(error)
+        if refused is not None:
+            refused.append(error)
+
+    client = Client(args.broker, args.name or default_name, on_error=report)
     try:
         return await client.connect()
     except (ConnectionLost, RequestFailed, TimeoutError) as exc:
@@ -130,7 +137,8 @@ async def _pub(args: argparse.Namespace) -> int:
         elif message is not None:
             raise CommandError(f"line {lineno}: 'padres pub' sends publications only")
     advs = [reader.parse_line(f"a {a}") for a in args.adv]
-    client = await _connect(args, "pub")
+    refused: list[Error] = []
+    client = await _connect(args, "pub", refused)
     try:
         filters = [a.filter for a in advs if isinstance(a, Advertisement)]
         for flt in filters or _derived_advertisements(pubs):
@@ -143,8 +151,9 @@ async def _pub(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     finally:
         await client.close()
-    print(f"published {len(pubs)} publications to {client.url}", file=sys.stderr)
-    return 0
+    sent = len(pubs) - len(refused)
+    print(f"published {sent} of {len(pubs)} publications to {client.url}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 # -- sub ---------------------------------------------------------------------------------------
