@@ -44,6 +44,9 @@ demo: $(STAMP)
 	@echo "== The first composite matches, with the publications that completed them"
 	$(BIN)/padres match --subs $(DEMO_SUBS) --pubs $(STOCKQUOTES) --only-matches --engine rete \
 		| grep -m 3 's6\['
+	@echo
+	@echo "== PADRES' demo star: five broker processes on loopback, quotes published at A"
+	$(BIN)/python scenarios/stocks/overlay.py $(STOCKQUOTES)
 
 bench: $(STAMP)
 	$(BIN)/padres bench parse
