@@ -176,7 +176,7 @@ class Client:
             raise PadresError(f"client is {self.state.value}; connect() goes once")
         try:
             self._ws = await connect(
-                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout
+                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout, compression=None
             )
         except (OSError, TimeoutError) as exc:
             self.state = ClientState.CLOSED

@@ -131,6 +131,7 @@ class BrokerNode:
             ws_max_size=4 * MAX_FRAME_BYTES,
             ws_ping_interval=self.heartbeat,
             ws_ping_timeout=2 * self.heartbeat,
+            ws_per_message_deflate=False,  # compressing costs more CPU than it saves here
             lifespan="off",
         )
         self._server = uvicorn.Server(config)
@@ -168,6 +169,7 @@ class BrokerNode:
                     ping_timeout=2 * self.heartbeat,
                     max_size=4 * MAX_FRAME_BYTES,
                     open_timeout=10,
+                    compression=None,
                 ) as ws:
                     log.info("%s: linked to %s", self.broker.id, url)
                     delay = BACKOFF_FIRST
