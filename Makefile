@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy padres rete tests
+	$(BIN)/mypy padres rete historic tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

@@ -1,0 +1,165 @@
+"""A historic store: publications kept in a database and queried with the language's filters.
+
+``Store("sqlite:///db1.sqlite")`` (the default kind: a file, nothing to install) or
+``Store("postgresql+psycopg://user@host/db")``. Writes are batched and idempotent: a publication
+is stored once, identified by its publisher and id, however often it is added. Queries return
+publications in time order (then in the order they were stored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, select, tuple_
+from sqlalchemy.exc import SQLAlchemyError
+
+from historic.predicates import filter_clause
+from historic.schema import attributes, metadata, publications
+from padres.errors import PadresError
+from padres.messages import Filter, Publication
+from padres.wire import from_dict, to_dict
+
+__all__ = ["Store", "StoreError"]
+
+_KINDS = {int: "i", float: "f", str: "s", bool: "b"}
+
+
+class StoreError(PadresError):
+    """The database failed or refused (the driver's error is the cause)."""
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.astimezone(UTC).replace(tzinfo=None)
+
+
+class Store:
+    """Publications in a SQL database (see the module docstring)."""
+
+    def __init__(self, url: str = "sqlite:///padres-history.sqlite") -> None:
+        self.url = url
+        try:
+            self.engine: Engine = create_engine(url)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the store at {_safe(url)}: {exc}") from exc
+        self.dialect = self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def add(self, pubs: Iterable[Publication]) -> int:
+        """Store publications (one transaction); returns how many were new."""
+        batch: dict[tuple[str, str], Publication] = {}
+        for pub in pubs:
+            batch.setdefault((pub.publisher, pub.id), pub)
+        if not batch:
+            return 0
+        try:
+            with self.engine.begin() as conn:
+                known: set[tuple[str, str]] = set()
+                keys = list(batch)
+                for start in range(0, len(keys), 500):
+                    chunk = keys[start : start + 500]
+                    rows = conn.execute(
+                        select(publications.c.publisher, publications.c.id).where(
+                            tuple_(publications.c.publisher, publications.c.id).in_(chunk)
+                        )
+                    )
+                    known.update((r.publisher, r.id) for r in rows)
+                new = [pub for key, pub in batch.items() if key not in known]
+                if not new:
+                    return 0
+                result = conn.execute(
+                    publications.insert().returning(
+                        publications.c.pk, sort_by_parameter_order=True
+                    ),
+                    [
+                        {
+                            "id": p.id,
+                            "publisher": p.publisher,
+                            "class": p.class_name,
+                            "time": _utc(p.timestamp),
+                            "body": to_dict(p),
+                        }
+                        for p in new
+                    ],
+                )
+                pks = [row.pk for row in result]
+                conn.execute(
+                    attributes.insert(),
+                    [
+                        _attribute_row(pk, name, value)
+                        for pk, p in zip(pks, new, strict=True)
+                        for name, value in p.attributes.items()
+                    ],
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"storing {len(batch)} publications failed: {exc}") from exc
+        return len(new)
+
+    def query(
+        self,
+        flt: Filter,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Publication]:
+        """The stored publications matching ``flt`` with ``since <= time < until``."""
+        where = [filter_clause(flt, self.dialect)]
+        if since is not None:
+            where.append(publications.c.time >= _utc(since))
+        if until is not None:
+            where.append(publications.c.time < _utc(until))
+        statement = (
+            select(publications.c.body)
+            .where(*where)
+            .order_by(publications.c.time, publications.c.pk)
+            .limit(limit)
+        )
+        try:
+            with self.engine.connect() as conn:
+                bodies: Sequence[Any] = conn.execute(statement).scalars().all()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return [_publication(body) for body in bodies]
+
+    def count(self) -> int:
+        """How many publications are stored."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(publications)).scalar_one())
+
+
+def _publication(body: Any) -> Publication:
+    pub = from_dict(body)
+    if not isinstance(pub, Publication):
+        raise StoreError(f"the store holds a {type(pub).__name__} where a publication belongs")
+    return pub
+
+
+def _attribute_row(pk: int, name: str, value: Any) -> dict[str, Any]:
+    kind = _KINDS[type(value)]
+    row: dict[str, Any] = {"pub": pk, "name": name, "kind": kind, "i": None, "f": None}
+    row.update(s=None, b=None)
+    row[kind] = value
+    return row
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    head, sep, tail = url.partition("@")
+    if not sep or "://" not in head:
+        return url
+    scheme, _, credentials = head.partition("://")
+    return f"{scheme}://{credentials.split(':')[0]}@{tail}"
