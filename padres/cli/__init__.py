@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from padres.cli import bench, broker, client, match, parse
+from padres.cli import bench, broker, client, db, match, parse
 from padres.cli.inputs import CommandError
 from padres.errors import PadresError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     match.register(commands)
     broker.register(commands)
     client.register(commands)
+    db.register(commands)
     bench.register(commands)
     return parser
 
