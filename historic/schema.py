@@ -55,6 +55,4 @@ attributes = Table(
     Column("s", Text),
     Column("b", Boolean),
     Index("attributes_pub_name", "pub", "name"),
-    Index("attributes_name_i", "name", "i"),
-    Index("attributes_name_f", "name", "f"),
 )

@@ -16,14 +16,12 @@ from sqlalchemy import Engine, create_engine, event, func, select, tuple_
 from sqlalchemy.exc import SQLAlchemyError
 
 from historic.predicates import filter_clause
-from historic.schema import attributes, metadata, publications
+from historic.schema import metadata, publications
 from padres.errors import PadresError
 from padres.messages import Filter, Publication
 from padres.wire import from_dict, to_dict
 
 __all__ = ["Store", "StoreError"]
-
-_KINDS = {int: "i", float: "f", str: "s", bool: "b"}
 
 
 class StoreError(PadresError):
@@ -47,6 +45,10 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {_safe(url)}: {exc}") from exc
         self.dialect = self.engine.dialect.name
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._insert_attributes = (
+            f"INSERT INTO attributes (pub, name, kind, i, f, s, b) VALUES ({', '.join([mark] * 7)})"
+        )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -75,7 +77,7 @@ class Store:
                     return 0
                 result = conn.execute(
                     publications.insert().returning(
-                        publications.c.pk, sort_by_parameter_order=True
+                        publications.c.pk, publications.c.publisher, publications.c.id
                     ),
                     [
                         {
@@ -88,12 +90,14 @@ class Store:
                         for p in new
                     ],
                 )
-                pks = [row.pk for row in result]
-                conn.execute(
-                    attributes.insert(),
+                pks = {(row.publisher, row.id): row.pk for row in result}
+                # Straight to the driver: per-row parameter processing would cost more than
+                # the database's own work here.
+                conn.exec_driver_sql(
+                    self._insert_attributes,
                     [
-                        _attribute_row(pk, name, value)
-                        for pk, p in zip(pks, new, strict=True)
+                        _attribute_row(pks[p.publisher, p.id], name, value)
+                        for p in new
                         for name, value in p.attributes.items()
                     ],
                 )
@@ -141,18 +145,22 @@ def _publication(body: Any) -> Publication:
     return pub
 
 
-def _attribute_row(pk: int, name: str, value: Any) -> dict[str, Any]:
-    kind = _KINDS[type(value)]
-    row: dict[str, Any] = {"pub": pk, "name": name, "kind": kind, "i": None, "f": None}
-    row.update(s=None, b=None)
-    row[kind] = value
-    return row
+def _attribute_row(pk: int, name: str, value: Any) -> tuple[Any, ...]:
+    t = type(value)
+    if t is int:
+        return (pk, name, "i", value, None, None, None)
+    if t is float:
+        return (pk, name, "f", None, value, None, None)
+    if t is str:
+        return (pk, name, "s", None, None, value, None)
+    return (pk, name, "b", None, None, None, value)
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # WAL: safe from a crash, fsync at checkpoints
     cursor.close()
 
 

@@ -11,7 +11,7 @@ import pytest
 from padres.runtime.processes import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ["README.md", "docs/rete.md"]
+DOCUMENTS = ["README.md", "docs/rete.md", "docs/historic.md"]
 
 
 def _examples() -> list[tuple[str, str]]:
@@ -37,8 +37,13 @@ def _promised(code: str) -> list[str]:
 
 @pytest.mark.parametrize(("where", "code"), _examples(), ids=[w for w, _ in _examples()])
 def test_example_runs(
-    where: str, code: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    where: str,
+    code: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # files an example writes land here
     broker = None
     if EXAMPLE_BROKER in code:  # the example talks to a broker: start a real one for it
         broker = BrokerProcess("B1")

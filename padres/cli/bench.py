@@ -53,6 +53,14 @@ def register(commands: Any) -> None:
     )
     n.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     n.set_defaults(run=run_network)
+    h = benches.add_parser("history", help="historic store: ingest rate and a 1% query")
+    h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
+    h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
+    h.add_argument(
+        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
+    )
+    h.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    h.set_defaults(run=run_history)
 
 
 def run_parse(args: argparse.Namespace) -> int:
@@ -85,3 +93,11 @@ def run_network(args: argparse.Namespace) -> int:
     result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data)
     print(orjson.dumps(result).decode() if args.json else network.report(result))
     return 1 if result["duplicates"] else 0
+
+
+def run_history(args: argparse.Namespace) -> int:
+    from historic import bench as history  # the storage layer sits above the core package
+
+    result = history.run(args.count, args.url, args.data)
+    print(orjson.dumps(result).decode() if args.json else history.report(result))
+    return 0 if result["query_rows"] == result["query_expected"] else 1
