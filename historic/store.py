@@ -12,7 +12,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select, tuple_
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from historic.predicates import filter_clause
@@ -45,6 +47,13 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {_safe(url)}: {exc}") from exc
         self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            self._insert_new: Any = sqlite_insert(publications).on_conflict_do_nothing()
+        elif self.dialect == "postgresql":
+            self._insert_new = postgresql_insert(publications).on_conflict_do_nothing()
+        else:
+            self.engine.dispose()
+            raise StoreError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
         mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         self._insert_attributes = (
             f"INSERT INTO attributes (pub, name, kind, i, f, s, b) VALUES ({', '.join([mark] * 7)})"
@@ -62,21 +71,9 @@ class Store:
             return 0
         try:
             with self.engine.begin() as conn:
-                known: set[tuple[str, str]] = set()
-                keys = list(batch)
-                for start in range(0, len(keys), 500):
-                    chunk = keys[start : start + 500]
-                    rows = conn.execute(
-                        select(publications.c.publisher, publications.c.id).where(
-                            tuple_(publications.c.publisher, publications.c.id).in_(chunk)
-                        )
-                    )
-                    known.update((r.publisher, r.id) for r in rows)
-                new = [pub for key, pub in batch.items() if key not in known]
-                if not new:
-                    return 0
+                # Publications already stored are skipped by the unique (publisher, id) index.
                 result = conn.execute(
-                    publications.insert().returning(
+                    self._insert_new.returning(
                         publications.c.pk, publications.c.publisher, publications.c.id
                     ),
                     [
@@ -87,10 +84,13 @@ class Store:
                             "time": _utc(p.timestamp),
                             "body": to_dict(p),
                         }
-                        for p in new
+                        for p in batch.values()
                     ],
                 )
                 pks = {(row.publisher, row.id): row.pk for row in result}
+                new = [batch[key] for key in pks]
+                if not new:
+                    return 0
                 # Straight to the driver: per-row parameter processing would cost more than
                 # the database's own work here.
                 conn.exec_driver_sql(
@@ -161,6 +161,7 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")  # WAL: safe from a crash, fsync at checkpoints
+    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: index inserts stay in memory
     cursor.close()
 
 
