@@ -59,6 +59,11 @@ async def _routes_at(client: Client, count: int) -> None:
     await _eventually(ready)
 
 
+def _padres(*args: str) -> list[str]:
+    """The command line running ``padres ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "padres.cli", *args]
+
+
 def _health(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/health")) as r:
         return orjson.loads(r.read())  # type: ignore[no-any-return]
@@ -245,10 +250,7 @@ def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
     b = _start(brokers, "B")
     a = _start(brokers, "A", [b])
     sub = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "padres.cli",
+        _padres(
             "sub",
             "--broker",
             b,
@@ -258,24 +260,16 @@ def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
             "--timeout",
             "20",
             "[class,eq,'T'],[v,>,1]",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     assert sub.stderr is not None
     assert b"subscribed" in sub.stderr.readline()
     pub = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "padres.cli",
-            "pub",
-            "--broker",
-            a,
-            "[class,'T'],[v,1]",
-            "[class,'T'],[v,2]",
-            "[class,'T'],[v,3]",
-        ],
+        _padres(
+            "pub", "--broker", a, "[class,'T'],[v,1]", "[class,'T'],[v,2]", "[class,'T'],[v,3]"
+        ),
         capture_output=True,
         timeout=60,
     )
@@ -310,7 +304,7 @@ def test_client_shell_speaks_padres_commands(
         ]
     )
     shell = subprocess.run(
-        [sys.executable, "-m", "padres.cli", "client", "--broker", url, "--name", "me"],
+        _padres("client", "--broker", url, "--name", "me"),
         input=script,
         capture_output=True,
         text=True,
@@ -332,10 +326,7 @@ def test_client_shell_speaks_padres_commands(
 def test_pub_reports_refused_publications(brokers: dict[str, BrokerProcess]) -> None:
     url = _start(brokers, "B")
     pub = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "padres.cli",
+        _padres(
             "pub",
             "--broker",
             url,
@@ -345,7 +336,7 @@ def test_pub_reports_refused_publications(brokers: dict[str, BrokerProcess]) -> 
             "[class,eq,'T'],[v,<,5]",
             "[class,'T'],[v,1]",
             "[class,'T'],[v,9]",
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=60,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from typing import Any
 
 from padres.broker import Broker, Covering
+from padres.cli.logs import setup_logging
 from padres.runtime.node import BrokerNode
 
 
@@ -39,10 +39,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.quiet)
     broker = Broker(
         args.id,
         covering=Covering(args.covering),

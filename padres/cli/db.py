@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from typing import Any
 
 from padres.cli.inputs import CommandError
+from padres.cli.logs import setup_logging
 from padres.client import Client, ClientState, ConnectionLost, RequestFailed
 
 
@@ -26,10 +26,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.quiet)
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:
