@@ -12,8 +12,11 @@
 Requests (advertise, subscribe, unsubscribe, ...) wait for the broker's ``ok`` and raise
 ``RequestFailed`` with its reason otherwise. Publishing does not wait; a refused publication
 (one matching none of the client's advertisements, say) reaches ``on_error``. A lost
-connection ends every subscription's iterator and fails pending requests with
-``ConnectionLost``. The client's life: CONNECTING -> OPEN -> CLOSED.
+connection fails pending requests with ``ConnectionLost`` and ends every subscription's
+iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
+advertisements and subscriptions again, and the subscriptions go on (what was published while
+it was away is not replayed). The client's life: CONNECTING -> OPEN -> CLOSED, and with
+``reconnect``, OPEN -> CONNECTING -> OPEN while the connection is being re-established.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
@@ -30,7 +34,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from padres.errors import PadresError
 from padres.messages import (
@@ -151,10 +155,14 @@ class Client:
         *,
         on_error: Callable[[Error], Any] | None = None,
         timeout: float = 10.0,
+        reconnect: bool = False,
     ) -> None:
+        """``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
+        5 s) and re-make every advertisement and subscription; subscriptions go on."""
         self.url = websocket_url(url)
         self.name = name
         self.timeout = timeout
+        self.reconnect = reconnect
         self.state = ClientState.CONNECTING
         self.session = ""
         self.broker = ""
@@ -165,6 +173,9 @@ class Client:
         self._subs: dict[str, SubscriptionHandle] = {}
         self._ids = {k: itertools.count(1) for k in ("p", "s", "a")}
         self._welcome: asyncio.Future[Welcome] | None = None
+        self._made: dict[tuple[str, str], Envelope] = {}
+        """What to make again after reconnecting: ("a" or "s", id) -> the request."""
+        self._recovery: asyncio.Task[None] | None = None
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
@@ -175,29 +186,64 @@ class Client:
         if self.state is not ClientState.CONNECTING or self._ws is not None:
             raise PadresError(f"client is {self.state.value}; connect() goes once")
         try:
-            self._ws = await connect(
-                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout, compression=None
-            )
-        except (OSError, TimeoutError) as exc:
-            self.state = ClientState.CLOSED
-            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from exc
-        self._welcome = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
-        await self._ws.send(encode_frame([Hello(self.name, Role.CLIENT)]))
-        welcome = await asyncio.wait_for(self._welcome, self.timeout)
-        self.session, self.broker = welcome.session, welcome.broker
+            await self._open()
+        except BaseException:
+            await self._shut()
+            raise
         self.state = ClientState.OPEN
         return self
 
+    async def _open(self) -> None:
+        """Dial, say hello, and wait for the welcome."""
+        try:
+            ws = await connect(
+                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout, compression=None
+            )
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from exc
+        self._ws = ws
+        self._welcome = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.get_running_loop().create_task(self._read(ws))
+        await ws.send(encode_frame([Hello(self.name, Role.CLIENT)]))
+        welcome = await asyncio.wait_for(self._welcome, self.timeout)
+        self.session, self.broker = welcome.session, welcome.broker
+
+    async def _recover(self) -> None:
+        """Dial again until it works, then make every advertisement and subscription again."""
+        delay = 0.1
+        while self.state is ClientState.CONNECTING:
+            try:
+                await self._open()
+                for message in list(self._made.values()):
+                    await self._request(_ref(message), message, recovering=True)
+                self.state = ClientState.OPEN
+                log.info("%s: reconnected to %s", self.name, self.url)
+                return
+            except (ConnectionLost, RequestFailed, TimeoutError, ConnectionClosed) as exc:
+                log.info("%s: reconnecting to %s: %s", self.name, self.url, exc)
+                if self._ws is not None:
+                    await self._ws.close()
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(2 * delay, 5.0)
+
     async def close(self) -> None:
-        if self.state is ClientState.CLOSED:
-            return
+        if self.state is not ClientState.CLOSED:
+            await self._shut()
+
+    async def _shut(self) -> None:
         self.state = ClientState.CLOSED
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
+        for handle in self._subs.values():
+            handle._deliver(None)
+        self._subs.clear()
 
     async def __aenter__(self) -> Client:
         return await self.connect()
@@ -211,11 +257,14 @@ class Client:
 
     async def advertise(self, flt: str | Filter, id: str | None = None) -> str:
         ident = id or self._id("a")
-        await self._request(ident, Advertisement(ident, _filter(flt)))
+        adv = Advertisement(ident, _filter(flt))
+        await self._request(ident, adv)
+        self._made["a", ident] = adv
         return ident
 
     async def unadvertise(self, ident: str) -> None:
         await self._request(ident, Unadvertise(ident))
+        self._made.pop(("a", ident), None)
 
     async def subscribe(
         self,
@@ -247,10 +296,12 @@ class Client:
         except BaseException:
             self._subs.pop(sub.id, None)
             raise
+        self._made["s", sub.id] = sub
         return handle
 
     async def unsubscribe(self, ident: str) -> None:
         await self._request(ident, Unsubscribe(ident))
+        self._made.pop(("s", ident), None)
         handle = self._subs.pop(ident, None)
         if handle is not None:
             handle._deliver(None)
@@ -277,45 +328,56 @@ class Client:
         result = await self._request(f"?{what}", Query(what))
         return result.rows if isinstance(result, QueryResult) else ()
 
-    async def _send(self, messages: list[Message] | list[Publication] | list[Envelope]) -> None:
-        if self.state is not ClientState.OPEN or self._ws is None:
+    async def _send(
+        self,
+        messages: list[Message] | list[Publication] | list[Envelope],
+        recovering: bool = False,
+    ) -> None:
+        usable = self.state is ClientState.OPEN or (
+            recovering and self.state is ClientState.CONNECTING
+        )
+        if not usable or self._ws is None:
             raise ConnectionLost(f"client is {self.state.value}")
         try:
             await self._ws.send(encode_frame(messages))
         except ConnectionClosed as exc:
             raise ConnectionLost(f"connection to {self.url} closed: {exc}") from None
 
-    async def _request(self, ref: str, message: Envelope) -> Envelope:
+    async def _request(self, ref: str, message: Envelope, recovering: bool = False) -> Envelope:
         if ref in self._pending:
             raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._pending[ref] = future
         try:
-            await self._send([message])
+            await self._send([message], recovering)
             return await asyncio.wait_for(future, self.timeout)
         finally:
             self._pending.pop(ref, None)
 
     # -- reading -----------------------------------------------------------------------------
 
-    async def _read(self) -> None:
-        assert self._ws is not None
+    async def _read(self, ws: ClientConnection) -> None:
         try:
-            async for data in self._ws:
+            async for data in ws:
                 for item in decode_frame(data):
                     self._on_message(item)
         except ConnectionClosed:
             pass
         finally:
-            self.state = ClientState.CLOSED
             lost = ConnectionLost(f"connection to {self.url} closed")
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(lost)
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_exception(lost)
-            for handle in self._subs.values():
-                handle._deliver(None)
+            if ws is self._ws and self.state is ClientState.OPEN:
+                if self.reconnect:
+                    self.state = ClientState.CONNECTING
+                    self._recovery = asyncio.get_running_loop().create_task(self._recover())
+                else:
+                    self.state = ClientState.CLOSED
+                    for handle in self._subs.values():
+                        handle._deliver(None)
 
     def _on_message(self, item: Envelope | Rejected) -> None:
         match item:
@@ -352,6 +414,14 @@ class Client:
         future = self._pending.get(key)
         if future is not None and not future.done():
             future.set_result(value)
+
+
+def _ref(message: Envelope) -> str:
+    return (
+        message.id
+        if isinstance(message, (Advertisement, Subscription, CompositeSubscription))
+        else ""
+    )
 
 
 def _filter(flt: str | Filter) -> Filter:

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from padres.client import Client, Delivery, RequestFailed
+from padres.client import Client, ClientState, ConnectionLost, Delivery, RequestFailed
 from padres.matching import matches
 from padres.messages import Publication
 from padres.parser import parse_filter, parse_publication
@@ -204,6 +204,30 @@ def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
             await _routes_at(pub, 1)
             await pub.publish("[class,'T']", id="back")
             await _eventually(lambda: inbox.ids() == ["back"])
+
+    asyncio.run(run())
+
+
+def test_reconnecting_clients_survive_a_broker_restart(brokers: dict[str, BrokerProcess]) -> None:
+    url = _start(brokers, "B")
+
+    async def run() -> None:
+        async with (
+            Client(url, "pub", reconnect=True) as pub,
+            Client(url, "sub", reconnect=True) as sub,
+        ):
+            await pub.advertise("[class,eq,'T']")
+            handle = await sub.subscribe("[class,eq,'T']", id="s")
+            await pub.publish("[class,'T']", id="before")
+            assert (await handle.get(5)).publication.id == "before"  # type: ignore[union-attr]
+            brokers["B"].kill()
+            await _eventually(lambda: pub.state is ClientState.CONNECTING)
+            with pytest.raises(ConnectionLost):
+                await pub.publish("[class,'T']", id="lost")  # nobody to send it to
+            brokers["B"].start()  # same port
+            await _eventually(lambda: ClientState.OPEN is pub.state is sub.state, timeout=15)
+            await pub.publish("[class,'T']", id="after")  # advertisement made again
+            assert (await handle.get(5)).publication.id == "after"  # type: ignore[union-attr]
 
     asyncio.run(run())
 
