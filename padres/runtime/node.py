@@ -115,6 +115,9 @@ class BrokerNode:
             "subscriptions": len(b.routes),
             "received": self.received,
             "rejected": self.rejected,
+            "queued": sum(len(box) for box in self._boxes.values()),
+            "sent": sum(box.sent for box in self._boxes.values()),
+            "frames": sum(box.frames for box in self._boxes.values()),
             "dropped": sum(box.dropped for box in self._boxes.values()),
         }
 

@@ -74,14 +74,6 @@ class Outbox:
                 self.sent += len(batch)
                 self.frames += 1
 
-    async def drain(self, timeout: float = 5.0) -> None:
-        """Wait (a while) until everything queued has been sent."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while self._queue and not self._task.done():
-            if asyncio.get_running_loop().time() > deadline:
-                return
-            await asyncio.sleep(0.005)
-
     async def close(self) -> None:
         self.closed = True
         self._wake.set()
