@@ -163,7 +163,9 @@ class Simulation:
         self._emit(target, broker.handle(message, source, self._clock))
 
     def _emit(self, source: str, outs: list[tuple[str, Envelope]]) -> None:
-        for hop, message in outs:
+        # Sorted by hop (stable: each link keeps its order), so that the order in which a broker
+        # happens to list messages for different links does not change the schedule.
+        for hop, message in sorted(outs, key=lambda out: out[0]):
             self._enqueue(source, hop, message)
 
     def _enqueue(self, source: str, target: str, message: Envelope) -> None:

@@ -84,7 +84,7 @@ def _publication(rng: random.Random, adv: Filter, ident: str) -> Publication | N
     """A publication that conforms to ``adv`` (None if random tries find none)."""
     for _ in range(50):
         attrs: dict[str, Any] = {"class": adv.class_name}
-        for attribute in {p.attribute for p in adv.predicates} - {"class"}:
+        for attribute in sorted({p.attribute for p in adv.predicates} - {"class"}):
             attrs[attribute] = rng.choice(_SYMBOLS) if attribute == "sym" else rng.randint(0, 20)
         pub = Publication(ident, attrs, _EPOCH, "")
         if matches(adv, pub):

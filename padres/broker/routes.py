@@ -155,7 +155,7 @@ class Routes:
         """An advertisement left a tree (or the tree is gone): re-check who still follows it."""
         out: list[Out] = []
         tree = self.trees.get(tree_id)
-        for sid in self._on_tree.pop(tree_id, set()):
+        for sid in sorted(self._on_tree.pop(tree_id, set())):
             route = self._routes.get(sid)
             if route is None:
                 continue
@@ -237,7 +237,7 @@ class Routes:
         """Bring the route's forwarding in line with what it wants now; drop it when unused."""
         wanted = self._wanted(route)
         out: list[Out] = []
-        for slot in [s for s in route.sent if s not in wanted]:
+        for slot in sorted(route.sent - wanted):
             out += self._unsend(route, slot)
         for slot in [s for s in route.hidden_by if s not in wanted]:
             self._unhide(route, slot)
