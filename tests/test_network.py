@@ -69,6 +69,21 @@ def _health(url: str) -> dict[str, Any]:
         return orjson.loads(r.read())  # type: ignore[no-any-return]
 
 
+async def _settled(client: Client, quiet: float = 0.5) -> None:
+    """Wait until the client's broker has held the same subscriptions (at least one) for
+    ``quiet`` seconds."""
+    last: tuple[str, ...] = ()
+    since = asyncio.get_running_loop().time()
+    deadline = since + 20
+    while not last or asyncio.get_running_loop().time() - since < quiet:
+        rows = await client.query("subscriptions")
+        if rows != last:
+            last, since = rows, asyncio.get_running_loop().time()
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("routing did not settle")
+        await asyncio.sleep(0.05)
+
+
 class _Inbox:
     def __init__(self) -> None:
         self.got: list[Delivery] = []
@@ -118,8 +133,7 @@ async def _run_scenario(
         await client.subscribe(_FILTERS[i % len(_FILTERS)], inbox, id="s")
         subs.append((client, inbox, parse_filter(_FILTERS[i % len(_FILTERS)])))
     await pub.advertise("[class,eq,'STOCK'],[symbol,isPresent,''],[price,isPresent,0]")
-    await _routes_at(pub, 1)
-    await asyncio.sleep(0.3)  # let every subscription reach the publisher's broker
+    await _settled(pub)  # every subscription has reached the publisher's broker
     quotes = _quotes()
     await pub.publish_many(quotes)
     expected = [sorted(q.id for q in quotes if matches(f, q)) for _, _, f in subs]
@@ -164,8 +178,8 @@ def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerPro
             inbox = _Inbox()
             await client.subscribe("[class,eq,'T']", inbox, id="s")
             inboxes.append(inbox)
+        await _eventually(lambda: _health(b)["subscriptions"] == 2)
         await _routes_at(pub, 1)
-        await asyncio.sleep(0.3)
         await pub.publish("[class,'T'],[n,1]", id="before")
         await _eventually(lambda: all(i.ids() == ["before"] for i in inboxes))
 
