@@ -101,6 +101,8 @@ async def _scenario(broker: str) -> None:
             [("shoes", 50), ("hat", 150), ("shoes", 200), ("hat", 5)]
         ):
             await shop.publish(f"[class,'Order'],[item,'{item}'],[price,{price}]", id=f"o{i}")
+        # A round trip: the broker has passed the orders on before the next command.
+        await shop.query("subscriptions")
         await manager.publish(_control("LIST", "r5"))
         assert str((await _status(replies, "r5"))["specs"]).count("\n") == 1  # two specs
         await manager.publish(
@@ -113,5 +115,6 @@ async def _scenario(broker: str) -> None:
         assert (await _status(replies, "r7"))["ok"] is False  # no longer stored
         await shop.publish("[class,'Order'],[item,'shoes'],[price,60]", id="late")
         await shop.publish("[class,'Order'],[item,'hat'],[price,300]", id="o9")
+        await shop.query("subscriptions")
         await manager.publish(_control("LIST", "r8"))
         await _status(replies, "r8")
