@@ -274,13 +274,18 @@ class _Fields:
         return tuple(items)
 
     def message(self, key: str, kind: type[Any]) -> Any:
-        try:
-            inner = from_dict(self.get(key, dict))
-        except DecodeError as exc:
-            raise DecodeError(exc.reason, path=f"$.{key}{exc.path[1:]}") from None
-        if not isinstance(inner, kind):
-            raise DecodeError(f"must be a {kind.__name__.lower()}", path=f"$.{key}")
-        return inner
+        return _nested(self.get(key, dict), kind, f"$.{key}")
+
+
+def _nested(obj: Any, kind: type[Any], path: str) -> Any:
+    """A language message inside another, of type ``kind``; errors name their full path."""
+    try:
+        inner = from_dict(obj)
+    except DecodeError as exc:
+        raise DecodeError(exc.reason, path=f"{path}{exc.path[1:]}") from None
+    if not isinstance(inner, kind):
+        raise DecodeError(f"must be a {kind.__name__.lower()}", path=path)
+    return inner
 
 
 def _bindings(f: _Fields) -> dict[str, Value]:
@@ -360,16 +365,8 @@ _TYPES: Final[dict[type, str]] = {
 
 
 def _publications(f: _Fields) -> list[Publication]:
-    out = []
-    for i, item in enumerate(f.get("publications", list)):
-        try:
-            pub = from_dict(item)
-        except DecodeError as exc:
-            raise DecodeError(exc.reason, path=f"$.publications[{i}]{exc.path[1:]}") from None
-        if not isinstance(pub, Publication):
-            raise DecodeError("must be a publication", path=f"$.publications[{i}]")
-        out.append(pub)
-    return out
+    items = f.get("publications", list)
+    return [_nested(item, Publication, f"$.publications[{i}]") for i, item in enumerate(items)]
 
 
 def envelope_from_dict(obj: Any) -> Envelope:

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+from padres.bench.network import settled
 from padres.client import Client, ClientState, ConnectionLost, Delivery, RequestFailed
 from padres.matching import matches
 from padres.messages import Publication
@@ -69,21 +70,6 @@ def _health(url: str) -> dict[str, Any]:
         return orjson.loads(r.read())  # type: ignore[no-any-return]
 
 
-async def _settled(client: Client, quiet: float = 0.5) -> None:
-    """Wait until the client's broker has held the same subscriptions (at least one) for
-    ``quiet`` seconds."""
-    last: tuple[str, ...] = ()
-    since = asyncio.get_running_loop().time()
-    deadline = since + 20
-    while not last or asyncio.get_running_loop().time() - since < quiet:
-        rows = await client.query("subscriptions")
-        if rows != last:
-            last, since = rows, asyncio.get_running_loop().time()
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("routing did not settle")
-        await asyncio.sleep(0.05)
-
-
 class _Inbox:
     def __init__(self) -> None:
         self.got: list[Delivery] = []
@@ -133,7 +119,7 @@ async def _run_scenario(
         await client.subscribe(_FILTERS[i % len(_FILTERS)], inbox, id="s")
         subs.append((client, inbox, parse_filter(_FILTERS[i % len(_FILTERS)])))
     await pub.advertise("[class,eq,'STOCK'],[symbol,isPresent,''],[price,isPresent,0]")
-    await _settled(pub)  # every subscription has reached the publisher's broker
+    await settled(pub, quiet=0.5, timeout=20)  # the subscriptions have reached its broker
     quotes = _quotes()
     await pub.publish_many(quotes)
     expected = [sorted(q.id for q in quotes if matches(f, q)) for _, _, f in subs]

@@ -24,19 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from padres.bench import machine
-from padres.bench.workloads import stock_publications, stock_subscriptions
+from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.client import Client, Delivery
 from padres.messages import Publication
 from padres.protocol import Error, Notify
 from padres.rete_engine import ReteMatcher
 from padres.runtime.processes import BrokerProcess
 
-__all__ = ["report", "run"]
-
-_ADV = (
-    "[class,eq,'STOCK'],[symbol,isPresent,''],[open,isPresent,0],[high,isPresent,0],"
-    "[low,isPresent,0],[close,isPresent,0],[volume,isPresent,0],[date,isPresent,'']"
-)
+__all__ = ["report", "run", "settled"]
 
 
 class _Counter:
@@ -86,15 +81,20 @@ async def _wait(
     return time.perf_counter()
 
 
-async def _settled(client: Client, quiet: float = 1.0) -> None:
-    """Wait until the client's broker has held the same number of subscriptions for ``quiet``
-    seconds: the subscriptions have found their way back to it."""
-    last, since = -1, time.perf_counter()
-    while time.perf_counter() - since < quiet:
-        count = len(await client.query("subscriptions"))
-        if count != last:
-            last, since = count, time.perf_counter()
-        await asyncio.sleep(0.1)
+async def settled(client: Client, quiet: float = 1.0, timeout: float = 60.0) -> None:
+    """Wait until the client's broker has held the same subscriptions (at least one) for
+    ``quiet`` seconds: those made elsewhere have found their way to it."""
+    loop = asyncio.get_running_loop()
+    last: tuple[str, ...] = ()
+    since = loop.time()
+    deadline = since + timeout
+    while not last or loop.time() - since < quiet:
+        rows = await client.query("subscriptions")
+        if rows != last:
+            last, since = rows, loop.time()
+        if loop.time() > deadline:
+            raise TimeoutError(f"routing did not settle within {timeout} s")
+        await asyncio.sleep(0.05)
 
 
 async def _bench(
@@ -115,9 +115,9 @@ async def _bench(
             counters.append(counter)
             for sub in share:
                 await client.subscribe(sub.filter, counter, id=sub.id)
-        await publisher.advertise(_ADV)
-        await publisher.advertise(_ADV + ",[sent,isPresent,0]")
-        await _settled(publisher)
+        await publisher.advertise(STOCK_ADVERTISEMENT)
+        await publisher.advertise(STOCK_ADVERTISEMENT + ",[sent,isPresent,0]")
+        await settled(publisher)
 
         # Throughput: as fast as the publisher can send.
         batch = quotes[:pubs]

@@ -39,6 +39,11 @@ __all__ = [
 ]
 
 STOCK_ATTRIBUTES = ("open", "high", "low", "close", "volume")
+STOCK_ADVERTISEMENT = (
+    "[class,eq,'STOCK'],[symbol,isPresent,''],[open,isPresent,0],[high,isPresent,0],"
+    "[low,isPresent,0],[close,isPresent,0],[volume,isPresent,0],[date,isPresent,'']"
+)
+"""What a publisher of the real quotes advertises."""
 START = datetime(2026, 11, 1, tzinfo=UTC)
 
 

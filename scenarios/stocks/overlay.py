@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from padres import Client, ReteMatcher, parse_subscription
-from padres.bench.workloads import stock_publications
+from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications
 from padres.protocol import Notify
 from padres.runtime.processes import BrokerProcess
 
@@ -23,10 +23,6 @@ SUBSCRIPTIONS = {
     "D": "[class,eq,'STOCK'],[volume,>,50000000]",
     "E": "[class,eq,'STOCK'],[symbol,str-prefix,'MS'],[close,<,25]",
 }
-ADVERTISEMENT = (
-    "[class,eq,'STOCK'],[symbol,isPresent,''],[open,isPresent,0],[high,isPresent,0],"
-    "[low,isPresent,0],[close,isPresent,0],[volume,isPresent,0],[date,isPresent,'']"
-)
 
 
 async def demo(urls: dict[str, str], quotes_path: Path | None) -> None:
@@ -42,7 +38,7 @@ async def demo(urls: dict[str, str], quotes_path: Path | None) -> None:
 
             await client.subscribe(text, count)
         publisher = await stack.enter_async_context(Client(urls["A"], "ticker"))
-        await publisher.advertise(ADVERTISEMENT)
+        await publisher.advertise(STOCK_ADVERTISEMENT)
         await asyncio.sleep(1.0)  # subscriptions find their way back to A
         expected = {}
         for at, text in SUBSCRIPTIONS.items():
