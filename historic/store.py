@@ -8,7 +8,7 @@ publications in time order (then in the order they were stored).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,6 +114,20 @@ class Store:
         limit: int | None = None,
     ) -> list[Publication]:
         """The stored publications matching ``flt`` with ``since <= time < until``."""
+        return [
+            p for chunk in self.stream(flt, since=since, until=until, limit=limit) for p in chunk
+        ]
+
+    def stream(
+        self,
+        flt: Filter,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+        size: int = 500,
+    ) -> Iterator[list[Publication]]:
+        """``query``'s results in time order, ``size`` at a time, read as they are consumed."""
         where = [filter_clause(flt, self.dialect)]
         if since is not None:
             where.append(publications.c.time >= _utc(since))
@@ -127,10 +141,11 @@ class Store:
         )
         try:
             with self.engine.connect() as conn:
-                bodies: Sequence[Any] = conn.execute(statement).scalars().all()
+                result = conn.execution_options(yield_per=size).execute(statement)
+                for part in result.scalars().partitions(size):
+                    yield [_publication(body) for body in part]
         except SQLAlchemyError as exc:
             raise StoreError(f"query failed: {exc}") from exc
-        return [_publication(body) for body in bodies]
 
     def count(self) -> int:
         """How many publications are stored."""

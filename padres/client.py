@@ -15,8 +15,11 @@ Requests (advertise, subscribe, unsubscribe, ...) wait for the broker's ``ok`` a
 connection fails pending requests with ``ConnectionLost`` and ends every subscription's
 iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
 advertisements and subscriptions again, and the subscriptions go on (what was published while
-it was away is not replayed). The client's life: CONNECTING -> OPEN -> CLOSED, and with
-``reconnect``, OPEN -> CONNECTING -> OPEN while the connection is being re-established.
+it was away is not replayed). A subscription with a time window reaching into the past
+(``[time,>=,now-1h]``) first delivers the past from the databases; ``await handle.replayed()``
+returns the broker's ``ReplayDone`` when that is complete. A historic subscription (its window
+ends in the past) then ends, and so does its iterator. The client's life: CONNECTING -> OPEN
+-> CLOSED, and with ``reconnect``, OPEN -> CONNECTING -> OPEN while it re-connects.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import itertools
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from types import TracebackType
@@ -41,7 +44,6 @@ from padres.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
-    Message,
     Publication,
     Subscription,
     Unadvertise,
@@ -59,6 +61,11 @@ from padres.protocol import (
     Query,
     QueryResult,
     Rejected,
+    ReplayBatch,
+    ReplayDone,
+    ReplayEnd,
+    ReplayOffer,
+    ReplayRequest,
     Role,
     Welcome,
     decode_frame,
@@ -109,6 +116,12 @@ class SubscriptionHandle:
         self._client = client
         self._callback = callback
         self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
+
+    async def replayed(self, timeout: float | None = None) -> ReplayDone:
+        """The end of the past of a historic or hybrid subscription: how many deliveries it
+        made, which databases answered and which did not finish."""
+        return await asyncio.wait_for(asyncio.shield(self._replayed), timeout)
 
     def _deliver(self, delivery: Delivery | None) -> None:
         if self._callback is not None and delivery is not None:
@@ -156,9 +169,11 @@ class Client:
         on_error: Callable[[Error], Any] | None = None,
         timeout: float = 10.0,
         reconnect: bool = False,
+        on_replay: Callable[[ReplayRequest], Any] | None = None,
     ) -> None:
         """``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
-        5 s) and re-make every advertisement and subscription; subscriptions go on."""
+        5 s) and re-make every advertisement and subscription; subscriptions go on.
+        ``on_replay``: for a database, called with each historic query routed to it."""
         self.url = websocket_url(url)
         self.name = name
         self.timeout = timeout
@@ -176,6 +191,7 @@ class Client:
         self._made: dict[tuple[str, str], Envelope] = {}
         """What to make again after reconnecting: ("a" or "s", id) -> the request."""
         self._recovery: asyncio.Task[None] | None = None
+        self.on_replay = on_replay
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
@@ -262,6 +278,18 @@ class Client:
         self._made["a", ident] = adv
         return ident
 
+    async def offer_replay(self, flt: str | Filter, id: str | None = None) -> str:
+        """Offer to answer historic queries overlapping ``flt`` (``unadvertise`` withdraws)."""
+        ident = id or self._id("a")
+        offer = ReplayOffer(Advertisement(ident, _filter(flt)))
+        await self._request(ident, offer)
+        self._made["a", ident] = offer
+        return ident
+
+    async def answer(self, messages: list[ReplayBatch | ReplayEnd]) -> None:
+        """Send a database's answers to historic queries."""
+        await self._send(messages)
+
     async def unadvertise(self, ident: str) -> None:
         await self._request(ident, Unadvertise(ident))
         self._made.pop(("a", ident), None)
@@ -330,7 +358,7 @@ class Client:
 
     async def _send(
         self,
-        messages: list[Message] | list[Publication] | list[Envelope],
+        messages: Sequence[Envelope],
         recovering: bool = False,
     ) -> None:
         usable = self.state is ClientState.OPEN or (
@@ -390,6 +418,11 @@ class Client:
                 handle = self._subs.get(item.subscription)
                 if handle is not None:
                     handle._deliver(item)
+            case ReplayDone():
+                self._replay_done(item)
+            case ReplayRequest():
+                if self.on_replay is not None:
+                    self.on_replay(item)
             case Ok():
                 self._resolve(item.ref, item)
             case QueryResult():
@@ -410,6 +443,17 @@ class Client:
             case _:
                 log.debug("ignored %s from the broker", type(item).__name__)
 
+    def _replay_done(self, done: ReplayDone) -> None:
+        handle = self._subs.get(done.subscription)
+        if handle is None:
+            return
+        if not handle._replayed.done():
+            handle._replayed.set_result(done)
+        if not done.live:  # a historic subscription is over
+            self._subs.pop(done.subscription, None)
+            self._made.pop(("s", done.subscription), None)
+            handle._deliver(None)
+
     def _resolve(self, key: str, value: Envelope) -> None:
         future = self._pending.get(key)
         if future is not None and not future.done():
@@ -417,6 +461,8 @@ class Client:
 
 
 def _ref(message: Envelope) -> str:
+    if isinstance(message, ReplayOffer):
+        return message.advertisement.id
     return (
         message.id
         if isinstance(message, (Advertisement, Subscription, CompositeSubscription))

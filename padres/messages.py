@@ -20,6 +20,7 @@ from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 
 __all__ = [
     "MAX_PATTERNS",
+    "TIME",
     "Advertisement",
     "AllOf",
     "AnyOf",
@@ -30,6 +31,7 @@ __all__ = [
     "Predicate",
     "Publication",
     "Subscription",
+    "TimeWindow",
     "Unadvertise",
     "Unsubscribe",
     "VarType",
@@ -169,15 +171,53 @@ class Predicate:
         return self.value if isinstance(self.value, Variable) else None
 
 
+TIME: Final = "time"
+"""The reserved attribute that names a publication's timestamp in subscriptions."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """The publication times a subscription asks for: ``start <= timestamp < end``.
+
+    Written as time predicates (``[time,>=,'2026-11-01T08:00'],[time,<,now]``); a bound left
+    out is open. A window reaching into the past makes a historic or hybrid subscription.
+    """
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for bound in (self.start, self.end):
+            if bound is not None and bound.tzinfo is None:
+                raise InvalidMessage("a time bound must carry a time zone")
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise InvalidMessage(
+                f"impossible time range: nothing is at or after {self.start.isoformat()} "
+                f"and before {self.end.isoformat()}"
+            )
+
+    def __contains__(self, timestamp: datetime) -> bool:
+        return (self.start is None or timestamp >= self.start) and (
+            self.end is None or timestamp < self.end
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Filter:
-    """A conjunction of predicates, one of them ``[class, eq, '<name>']``."""
+    """A conjunction of predicates, one of them ``[class, eq, '<name>']``, and an optional time
+    window over the publications' timestamps (only subscriptions may have one)."""
 
     predicates: tuple[Predicate, ...]
+    window: TimeWindow | None = None
 
     def __post_init__(self) -> None:
         if not self.predicates:
             raise InvalidMessage("a filter needs at least one predicate")
+        if any(p.attribute == TIME for p in self.predicates):
+            raise InvalidMessage(
+                "[time,...] is the publication timestamp: compare it with <, <=, > or >= "
+                "and a time ('2026-11-01T08:00' or now-1h)"
+            )
         classes = [p for p in self.predicates if p.attribute == "class"]
         if len(classes) != 1 or classes[0].op is not Op.EQ or type(classes[0].value) is not str:
             raise InvalidMessage("a filter needs exactly one class predicate, [class,eq,'<name>']")
@@ -195,6 +235,8 @@ class Filter:
 
 
 def _constant_filter(flt: Filter, what: str) -> Filter:
+    if flt.window is not None and what == "an advertisement":
+        raise InvalidMessage("time predicates belong in subscriptions, not in an advertisement")
     if flt.variables:
         raise InvalidMessage(
             f"variables such as {min(map(str, flt.variables))} belong only in "
@@ -319,6 +361,10 @@ class Publication:
         if self.timestamp.tzinfo is None:
             raise InvalidMessage("publication timestamp must carry a time zone")
         attrs = dict(self.attributes)
+        if TIME in attrs:
+            raise InvalidMessage(
+                "'time' is the publication's timestamp, not an attribute: set the timestamp"
+            )
         for name, value in attrs.items():
             _check_name(name)
             check_value(value, name)

@@ -5,7 +5,7 @@ Grammar (whitespace may stand between any two tokens)::
     publication  := pair ("," pair)*
     pair         := "[" NAME "," literal "]"
     filter       := predicate ("," predicate)*
-    predicate    := "[" NAME "," operator ("," operand)? "]"
+    predicate    := "[" NAME "," operator ("," operand)? "]" | "[" "time" "," operator "," time "]"
     composite    := all ("||" all)*
     all          := primary ("&" primary)*
     primary      := "{" filter "}" | "(" composite ")"
@@ -13,7 +13,9 @@ Grammar (whitespace may stand between any two tokens)::
     operand      := literal | VARIABLE            VARIABLE: $X, $S$X, $I$X, $F$X
 
 Strings are single-quoted; inside them ``\\'``, ``\\\\``, ``\\n``, ``\\r`` and ``\\t`` are the only
-escapes. Any failure raises ``ParseError`` with the column of the offending token.
+escapes. A time is a quoted ISO 8601 time or ``now`` with an optional offset (``now-1h``); time
+predicates make the filter's window (see ``padres.times``). Any failure raises ``ParseError``
+with the column of the offending token.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Final, NamedTuple, TypeVar
 
 from padres.errors import InvalidMessage, ParseError
 from padres.messages import (
+    TIME,
     Advertisement,
     AllOf,
     AnyOf,
@@ -34,10 +38,12 @@ from padres.messages import (
     Predicate,
     Publication,
     Subscription,
+    TimeWindow,
     Variable,
     VarType,
     check_value,
 )
+from padres.times import narrow, parse_time
 from rete.operators import Op, Value
 
 __all__ = [
@@ -153,6 +159,12 @@ def _literal(kind: str, raw: str, text: str, pos: int) -> Value:
 _T = TypeVar("_T")
 
 
+class _TimeBound(NamedTuple):
+    start: _Token
+    op: Op
+    at: datetime
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -233,7 +245,7 @@ class _Parser:
                 return attrs
             self.take()
 
-    def predicate(self) -> Predicate:
+    def predicate(self) -> Predicate | _TimeBound:
         start = self.expect("[", "to open a predicate")
         attribute = self.name("an attribute name")
         self.expect(",", f"after attribute {attribute!r}")
@@ -243,6 +255,8 @@ class _Parser:
             raise self.error(
                 f"expected an operator ({_OPERATOR_LIST}) but found {self.found(tok)}", tok
             )
+        if attribute == TIME:
+            return self.time_bound(start, op)
         value: Value | Variable | None = None
         if self.peek().text == ",":
             self.take()
@@ -257,6 +271,19 @@ class _Parser:
         self.expect("]", f"to close [{attribute},{op},...]")
         return self.build(start, lambda: Predicate(attribute, op, value))
 
+    def time_bound(self, start: _Token, op: Op) -> _TimeBound:
+        """The rest of ``[time, op, <time>]``: a quoted time, or ``now`` with an offset."""
+        self.expect(",", f"and a time after [time,{op}")
+        first = self.peek()
+        while self.peek().text != "]" and self.peek().kind != "end":
+            self.take()
+        end = self.expect("]", f"to close [time,{op},...]")
+        raw = self.text[first.pos : end.pos].strip()
+        if first.kind == "string" and raw == first.text:
+            raw = _unescape(raw[1:-1], self.text, first.pos)
+        at = self.build(first, lambda: parse_time(raw))
+        return _TimeBound(start, op, at)
+
     def variable(self, tok: _Token) -> Variable:
         body = tok.text[1:]
         vtype = VarType.ANY
@@ -267,11 +294,18 @@ class _Parser:
 
     def filter(self) -> Filter:
         start = self.peek()
-        preds = [self.predicate()]
-        while self.peek().text == ",":
+        preds: list[Predicate] = []
+        window: TimeWindow | None = None
+        while True:
+            item = self.predicate()
+            if isinstance(item, _TimeBound):
+                window = self.build(item.start, partial(narrow, window, item.op, item.at))
+            else:
+                preds.append(item)
+            if self.peek().text != ",":
+                break
             self.take()
-            preds.append(self.predicate())
-        return self.build(start, lambda: Filter(tuple(preds)))
+        return self.build(start, lambda: Filter(tuple(preds), window))
 
     # -- composites ----------------------------------------------------------------------------
 
@@ -335,7 +369,7 @@ def parse_publication(
 ) -> Publication:
     """Parse ``[class,'STOCK'],[symbol,'AAPL'],[open,63.30]``; the header comes as arguments."""
     attrs = _fast_attributes(text)
-    if attrs is not None:
+    if attrs is not None and TIME not in attrs:
         try:
             return Publication(id, attrs, timestamp or _now(), publisher)
         except InvalidMessage:
@@ -344,6 +378,12 @@ def parse_publication(
     attrs = parser.pairs()
     parser.finish()
     try:
+        if TIME in attrs:
+            # [time,'2026-11-01T08:00'] sets the header's timestamp.
+            given = attrs.pop(TIME)
+            if type(given) is not str:
+                raise InvalidMessage(f"[time,...] takes a quoted time, not {given!r}")
+            timestamp = parse_time(given)
         return Publication(id, attrs, timestamp or _now(), publisher)
     except InvalidMessage as exc:
         raise ParseError(str(exc), source=text, column=1) from None

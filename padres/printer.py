@@ -18,6 +18,7 @@ from padres.messages import (
     Unsubscribe,
     Variable,
 )
+from padres.times import window_predicates
 from rete.operators import Op, Value
 
 __all__ = ["format_batch_line", "format_filter", "format_message", "format_value"]
@@ -43,7 +44,8 @@ def _predicate(p: Predicate) -> str:
 
 
 def format_filter(f: Filter) -> str:
-    return ",".join(_predicate(p) for p in f.predicates)
+    times = [f"[{a},{op},'{at}']" for a, op, at in window_predicates(f.window)]
+    return ",".join([*(_predicate(p) for p in f.predicates), *times])
 
 
 def _expression(expr: Expression, nested: bool = False) -> str:

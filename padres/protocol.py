@@ -38,6 +38,11 @@ __all__ = [
     "Query",
     "QueryResult",
     "Rejected",
+    "ReplayBatch",
+    "ReplayDone",
+    "ReplayEnd",
+    "ReplayOffer",
+    "ReplayRequest",
     "Role",
     "RouteAdvertise",
     "RoutePublish",
@@ -137,11 +142,73 @@ class QueryResult:
 
 @dataclass(frozen=True, slots=True)
 class RouteAdvertise:
-    """An advertisement flooded along ``tree``; ``path`` lists the brokers it has crossed."""
+    """An advertisement flooded along ``tree``; ``path`` lists the brokers it has crossed.
+
+    ``replay`` names the database that offers to replay what the advertisement describes; it
+    is empty for a publisher's advertisement."""
 
     advertisement: Advertisement
     tree: str
     path: tuple[str, ...]
+    replay: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOffer:
+    """A client (a database) offers to replay stored publications matching ``advertisement``;
+    it is withdrawn with ``Unadvertise``."""
+
+    advertisement: Advertisement
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """A historic query on its way to ``database`` up the replay tree ``tree``.
+
+    ``subscription`` holds the request's overlay-wide id and its filter with the time window.
+    The database answers once its clock reads ``ready_at`` (Unix seconds), so what was still
+    on its way when the subscription was made is stored first."""
+
+    subscription: Subscription
+    tree: str
+    database: str
+    ready_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBatch:
+    """Stored publications answering request ``request``, in time order, on the way back."""
+
+    request: str
+    database: str
+    publications: tuple[Publication, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayEnd:
+    """``database`` finished request ``request`` after ``count`` publications, or failed
+    (``error`` says why)."""
+
+    request: str
+    database: str
+    count: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayDone:
+    """To a client: the past of ``subscription`` has been delivered (``count`` deliveries).
+
+    ``databases`` answered in full; ``failed`` lists ``"<database>: <why>"`` for those that
+    did not finish."""
+
+    subscription: str
+    count: int
+    databases: tuple[str, ...]
+    failed: tuple[str, ...] = ()
+    live: bool = False
+    """Whether live deliveries follow (a hybrid subscription); if not, the subscription is
+    over and its id free again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +257,11 @@ Envelope: TypeAlias = (
     | RouteSubscribe
     | RouteUnsubscribe
     | RoutePublish
+    | ReplayOffer
+    | ReplayRequest
+    | ReplayBatch
+    | ReplayEnd
+    | ReplayDone
 )
 
 
@@ -224,6 +296,7 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
                 "advertisement": to_dict(message.advertisement),
                 "tree": message.tree,
                 "path": list(message.path),
+                "replay": message.replay,
             }
         case RouteUnadvertise():
             body = {
@@ -237,6 +310,36 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
             body = {"subscription_id": message.subscription_id, "trees": list(message.trees)}
         case RoutePublish():
             body = {"publication": to_dict(message.publication), "tree": message.tree}
+        case ReplayOffer():
+            body = {"advertisement": to_dict(message.advertisement)}
+        case ReplayRequest():
+            body = {
+                "subscription": to_dict(message.subscription),
+                "tree": message.tree,
+                "database": message.database,
+                "ready_at": message.ready_at,
+            }
+        case ReplayBatch():
+            body = {
+                "request": message.request,
+                "database": message.database,
+                "publications": [to_dict(p) for p in message.publications],
+            }
+        case ReplayEnd():
+            body = {
+                "request": message.request,
+                "database": message.database,
+                "count": message.count,
+                "error": message.error,
+            }
+        case ReplayDone():
+            body = {
+                "subscription": message.subscription,
+                "count": message.count,
+                "databases": list(message.databases),
+                "failed": list(message.failed),
+                "live": message.live,
+            }
         case _:
             return to_dict(message)
     return {"v": VERSION, "type": _TYPES[type(message)], **body}
@@ -264,6 +367,12 @@ class _Fields:
             raise DecodeError(
                 f"must be {kind.__name__}, not {type(value).__name__}", path=f"$.{key}"
             )
+        return value
+
+    def number(self, key: str) -> int | float:
+        value = self.obj.get(key)
+        if type(value) is not int and type(value) is not float:
+            raise DecodeError("must be a number", path=f"$.{key}")
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
@@ -322,9 +431,12 @@ _BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]
         lambda f: QueryResult(f.get("what", str), f.strings("rows")),
     ),
     "route_advertise": (
-        ("advertisement", "tree", "path"),
+        ("advertisement", "tree", "path", "replay"),
         lambda f: RouteAdvertise(
-            f.message("advertisement", Advertisement), f.get("tree", str), f.strings("path")
+            f.message("advertisement", Advertisement),
+            f.get("tree", str),
+            f.strings("path"),
+            f.get("replay", str, ""),
         ),
     ),
     "route_unadvertise": (
@@ -345,6 +457,44 @@ _BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]
         ("publication", "tree"),
         lambda f: RoutePublish(f.message("publication", Publication), f.get("tree", str)),
     ),
+    "replay_offer": (
+        ("advertisement",),
+        lambda f: ReplayOffer(f.message("advertisement", Advertisement)),
+    ),
+    "replay_request": (
+        ("subscription", "tree", "database", "ready_at"),
+        lambda f: ReplayRequest(
+            f.message("subscription", Subscription),
+            f.get("tree", str),
+            f.get("database", str),
+            float(f.number("ready_at")),
+        ),
+    ),
+    "replay_batch": (
+        ("request", "database", "publications"),
+        lambda f: ReplayBatch(
+            f.get("request", str), f.get("database", str), tuple(_publications(f))
+        ),
+    ),
+    "replay_end": (
+        ("request", "database", "count", "error"),
+        lambda f: ReplayEnd(
+            f.get("request", str),
+            f.get("database", str),
+            f.get("count", int),
+            f.get("error", str, ""),
+        ),
+    ),
+    "replay_done": (
+        ("subscription", "count", "databases", "failed", "live"),
+        lambda f: ReplayDone(
+            f.get("subscription", str),
+            f.get("count", int),
+            f.strings("databases"),
+            f.strings("failed") if "failed" in f.obj else (),
+            f.get("live", bool, False),
+        ),
+    ),
 }
 
 _TYPES: Final[dict[type, str]] = {
@@ -361,6 +511,11 @@ _TYPES: Final[dict[type, str]] = {
     RouteSubscribe: "route_subscribe",
     RouteUnsubscribe: "route_unsubscribe",
     RoutePublish: "route_publish",
+    ReplayOffer: "replay_offer",
+    ReplayRequest: "replay_request",
+    ReplayBatch: "replay_batch",
+    ReplayEnd: "replay_end",
+    ReplayDone: "replay_done",
 }
 
 

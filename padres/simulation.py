@@ -70,7 +70,10 @@ class Simulation:
         covering: Covering = Covering.LAZY,
         conformity: bool = True,
         limits: CompositeLimits | None = None,
+        clock: float = 0.0,
     ) -> None:
+        """``clock``: the brokers' time at the start, in Unix seconds; it advances by one
+        millisecond per message delivered."""
         self.random = random.Random(seed)
         self.covering = covering
         self.conformity = conformity
@@ -82,7 +85,7 @@ class Simulation:
         self.delivered = 0
         self._queues: dict[tuple[str, str], deque[Envelope]] = {}
         self._ready: list[tuple[str, str]] = []
-        self._clock = 0.0
+        self._clock = clock
 
     # -- building ----------------------------------------------------------------------------
 
@@ -161,6 +164,10 @@ class Simulation:
         elif isinstance(message, Publication):
             self.seen[target].append(message)
         self._emit(target, broker.handle(message, source, self._clock))
+
+    @property
+    def clock(self) -> float:
+        return self._clock
 
     def _emit(self, source: str, outs: list[tuple[str, Envelope]]) -> None:
         # Sorted by hop (stable: each link keeps its order), so that the order in which a broker

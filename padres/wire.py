@@ -28,6 +28,7 @@ import orjson
 
 from padres.errors import DecodeError, InvalidMessage
 from padres.messages import (
+    TIME,
     Advertisement,
     AllOf,
     AnyOf,
@@ -38,11 +39,13 @@ from padres.messages import (
     Predicate,
     Publication,
     Subscription,
+    TimeWindow,
     Unadvertise,
     Unsubscribe,
     Variable,
     VarType,
 )
+from padres.times import narrow, parse_time, window_predicates
 from rete.operators import Op
 
 __all__ = [
@@ -69,7 +72,8 @@ def _predicate(p: Predicate) -> list[Any]:
 
 
 def _filter(f: Filter) -> list[list[Any]]:
-    return [_predicate(p) for p in f.predicates]
+    times = [[a, op.value, at] for a, op, at in window_predicates(f.window)]
+    return [*(_predicate(p) for p in f.predicates), *times]
 
 
 def _expression(expr: Expression) -> dict[str, Any]:
@@ -174,10 +178,26 @@ def _decode_predicate(item: Any, path: str) -> Predicate:
 def _decode_filter(items: Any, path: str) -> Filter:
     if type(items) is not list:
         raise DecodeError("a filter is a list of predicates", path=path)
-    preds = tuple(_decode_predicate(item, f"{path}[{i}]") for i, item in enumerate(items))
+    preds: list[Predicate] = []
+    window: TimeWindow | None = None
+    for i, item in enumerate(items):
+        if type(item) is list and len(item) == 3 and item[0] == TIME:
+            window = _decode_time_bound(window, item, f"{path}[{i}]")
+        else:
+            preds.append(_decode_predicate(item, f"{path}[{i}]"))
     try:
-        return Filter(preds)
+        return Filter(tuple(preds), window)
     except InvalidMessage as exc:
+        raise DecodeError(str(exc), path=path) from None
+
+
+def _decode_time_bound(window: TimeWindow | None, item: list[Any], path: str) -> TimeWindow:
+    _, op_text, at = item
+    if type(at) is not str:
+        raise DecodeError("a time is a string: an ISO 8601 time or now-1h", path=f"{path}[2]")
+    try:
+        return narrow(window, Op(op_text), parse_time(at))
+    except ValueError as exc:  # an unknown operator, or InvalidMessage
         raise DecodeError(str(exc), path=path) from None
 
 

@@ -16,6 +16,9 @@ Routing, as in PADRES and SIENA, over advertisement trees (see ``trees`` and ``r
   that sent a matching subscription for that tree, and to local subscribers.
 
 A tree spans the overlay once whatever its cycles, so no publication reaches a broker twice.
+
+Databases offer to replay what they store; historic and hybrid subscriptions are answered from
+them (see ``history``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 
+from padres.broker.history import HISTORY, History, Watch, composite_network
 from padres.broker.routes import Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.trees import Tree, Trees
@@ -49,6 +53,11 @@ from padres.protocol import (
     Ok,
     Query,
     QueryResult,
+    ReplayBatch,
+    ReplayDone,
+    ReplayEnd,
+    ReplayOffer,
+    ReplayRequest,
     Role,
     RouteAdvertise,
     RoutePublish,
@@ -71,7 +80,8 @@ def routing_filter(flt: Filter) -> Filter:
         tuple(
             Predicate(p.attribute, Op.IS_PRESENT) if p.variable is not None else p
             for p in flt.predicates
-        )
+        ),
+        flt.window,
     )
 
 
@@ -87,17 +97,24 @@ class Broker:
         limits: CompositeLimits | None = None,
         epoch: str = "0",
         memory: float = 60.0,
+        settle: float = 0.5,
     ) -> None:
         """``conformity``: refuse a publication that matches none of its publisher's
         advertisements (it could not be routed reliably). ``epoch`` makes the overlay-wide ids
         this broker assigns differ from those of an earlier run under the same id. ``memory``:
         for how many seconds a withdrawn advertisement's id is remembered, so that a late copy
-        still travelling a longer path of a cyclic overlay is not taken for a new one."""
+        still travelling a longer path of a cyclic overlay is not taken for a new one.
+        ``settle``: how long a database waits, after the end of the past a subscription asks
+        for, before it answers, so that publications still on their way are stored first."""
         self.id = check_id(broker_id, "broker id")
         self.conformity = conformity
         self.trees = Trees()
         self.network = Network(limits)
         self.routes = Routes(self.trees, self.network, covering)
+        self.archives = Trees()
+        """The trees of the databases' replay offers."""
+        self.history = History(self.id, self.archives, settle)
+        self.limits = limits
         self.last_heard: dict[str, float] = {}
         self._epoch = epoch
         self._counter = 0
@@ -106,6 +123,8 @@ class Broker:
         self._peers: dict[str, str] = {}
         self._hello_sent: set[str] = set()
         self._local: dict[str, LocalAdvertisement] = {}
+        self._offers: dict[str, str] = {}
+        """Replay offers made here: id -> the offering client's hop."""
         self._composites: dict[str, tuple[str, str, tuple[str, ...]]] = {}
         self._memory = memory
         self._withdrawn: dict[str, float] = {}
@@ -127,7 +146,14 @@ class Broker:
 
     def is_empty(self) -> bool:
         """Whether no routing state is left (no advertisement, subscription or composite)."""
-        return not (len(self.trees) or len(self.routes) or len(self.network) or self._local)
+        return not (
+            len(self.trees)
+            or len(self.archives)
+            or len(self.routes)
+            or len(self.network)
+            or self._local
+            or not self.history.is_empty()
+        )
 
     # -- links -------------------------------------------------------------------------------
 
@@ -144,30 +170,32 @@ class Broker:
         session = self._sessions.pop(hop, None)
         if session is not None:
             self._names.discard(session.name)
-            out: list[Out] = []
-            for gid in session.subscriptions.values():
-                out += self.routes.remove_local(gid)
-            for gid in session.composites.values():
-                out += self._remove_composite(gid)
+            out = self._ended(self.history.hop_down(hop, f"{session.name} disconnected"))
+            for gid in [*session.subscriptions.values(), *session.composites.values()]:
+                out += self._drop_subscription(gid)
             for gid in session.advertisements.values():
                 out += self._withdraw(gid)
             return out
-        if self._peers.pop(hop, None) is None:
+        name = self._peers.pop(hop, None)
+        if name is None:
             return []
         self.routes.brokers.discard(hop)
-        out = []
-        for tree in self.trees:
-            if tree.parent == hop:
-                for aid in list(tree.advertisements):
-                    self.trees.remove(aid)
-                    out += self._flood(RouteUnadvertise(aid, tree.id, lost=True), hop)
-                out += self.routes.tree_shrank(tree.id)
+        out = self._ended(self.history.hop_down(hop, f"the link from {self.id} to {name} was lost"))
+        for trees in (self.trees, self.archives):
+            for tree in trees:
+                if tree.parent == hop:
+                    for aid in list(tree.advertisements):
+                        trees.remove(aid)
+                        out += self._flood(RouteUnadvertise(aid, tree.id, lost=True), hop)
+                    if trees is self.trees:
+                        out += self.routes.tree_shrank(tree.id)
         return out + self.routes.hop_down(hop)
 
     # -- dispatch ----------------------------------------------------------------------------
 
     def handle(self, message: Envelope, hop: str, now: float = 0.0) -> list[Out]:
-        """Process one message from ``hop`` at time ``now`` (seconds, any epoch)."""
+        """Process one message from ``hop`` at time ``now`` (Unix seconds: time windows of
+        subscriptions are compared with it)."""
         self.last_heard[hop] = self._now = now
         while self._withdrawals and self._withdrawals[0][0] < now - self._memory:
             self._withdrawn.pop(self._withdrawals.popleft()[1], None)
@@ -193,9 +221,9 @@ class Broker:
         self._peers[hop] = hello.name
         self.routes.brokers.add(hop)
         out = [] if hop in self._hello_sent else self.open_link(hop)
-        for tree in self.trees:
+        for tree in [*self.trees, *self.archives]:
             if tree.parent != hop and hello.name not in tree.path:
-                out += [(hop, RouteAdvertise(a, tree.id, tree.path)) for a in self._flooded(tree)]
+                out += self._offer_tree(tree, hop)
         return out
 
     def _from_client(self, message: Envelope, session: Session) -> list[Out]:
@@ -214,6 +242,10 @@ class Broker:
                 return self._unadvertise(message, session)
             case Query():
                 return [(session.hop, self._query(message.what))]
+            case ReplayOffer():
+                return self._offer(message.advertisement, session)
+            case ReplayBatch() | ReplayEnd():
+                return self._ended(self.history.answer(message, session.hop))
             case _:
                 kind = type(message).__name__
                 return [(session.hop, Error(f"a client may not send {kind} messages"))]
@@ -230,6 +262,10 @@ class Broker:
                 return self._route_advertise(message, hop)
             case RouteUnadvertise():
                 return self._route_unadvertise(message, hop)
+            case ReplayRequest():
+                return self.history.forward(message, hop)
+            case ReplayBatch() | ReplayEnd():
+                return self._ended(self.history.answer(message, hop))
             case Error():
                 return []  # never answer an error with an error
             case _:
@@ -280,6 +316,8 @@ class Broker:
         if sub.id in session.subscriptions or sub.id in session.composites:
             return [(session.hop, Error(f"subscription {sub.id!r} already exists", sub.id))]
         gid = session.subscriptions[sub.id] = self._new_id()
+        if sub.filter.window is not None:
+            return self._watch(Watch(session.hop, sub.id), gid, [(gid, sub.filter)])
         out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
         return [*out, (session.hop, Ok(sub.id))]
 
@@ -287,6 +325,10 @@ class Broker:
         if sub.id in session.subscriptions or sub.id in session.composites:
             return [(session.hop, Error(f"subscription {sub.id!r} already exists", sub.id))]
         gid = session.composites[sub.id] = self._new_id()
+        if any(flt.window is not None for flt in sub.filters):
+            watch = Watch(session.hop, sub.id, network=composite_network(sub, self.limits))
+            filters = [(f"{gid}/{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
+            return self._watch(watch, gid, filters)
         self.network.add(gid, to_composite(sub))
         parts = tuple(f"{gid}/{i}" for i in range(len(sub.filters)))
         self._composites[gid] = (session.hop, sub.id, parts)
@@ -295,22 +337,49 @@ class Broker:
             out += self.routes.add_local(Subscription(pid, routing_filter(flt)), session.hop, None)
         return [*out, (session.hop, Ok(sub.id))]
 
+    def _watch(self, watch: Watch, gid: str, parts: list[tuple[str, Filter]]) -> list[Out]:
+        """A subscription with a time window: ask the databases for its past, and route the
+        parts that reach into the future as live subscriptions whose matches go to history."""
+        out = self.history.watch(gid, watch, parts, self._now)
+        for pid, flt in parts:
+            if watch.feeds[pid].live:
+                out += self.routes.add_local(Subscription(pid, flt), HISTORY, pid)
+        return self._ended([*out, (watch.owner, Ok(watch.local_id)), *watch.report()])
+
+    def _ended(self, outs: list[Out]) -> list[Out]:
+        """A historic subscription whose past is complete is over: it is forgotten."""
+        for hop, message in outs:
+            if isinstance(message, ReplayDone) and not message.live:
+                session = self._sessions.get(hop)
+                if session is None:
+                    continue
+                sid = message.subscription
+                gid = session.subscriptions.pop(sid, None) or session.composites.pop(sid, None)
+                if gid is not None:
+                    self.history.unwatch(gid)
+        return outs
+
     def _unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
         sid = unsub.subscription_id
-        if sid in session.subscriptions:
-            out = self.routes.remove_local(session.subscriptions.pop(sid))
-        elif sid in session.composites:
-            out = self._remove_composite(session.composites.pop(sid))
-        else:
+        gid = session.subscriptions.pop(sid, None) or session.composites.pop(sid, None)
+        if gid is None:
             return [(session.hop, Error(f"no subscription {sid!r}", sid))]
-        return [*out, (session.hop, Ok(sid))]
+        return [*self._drop_subscription(gid), (session.hop, Ok(sid))]
 
-    def _remove_composite(self, gid: str) -> list[Out]:
-        _, _, parts = self._composites.pop(gid)
-        self.network.remove(gid)
+    def _drop_subscription(self, gid: str) -> list[Out]:
         out: list[Out] = []
-        for pid in parts:
-            out += self.routes.remove_local(pid)
+        if gid in self.history.watches:
+            watch = self.history.unwatch(gid)
+            for pid, feed in watch.feeds.items():
+                if feed.live:
+                    out += self.routes.remove_local(pid)
+        elif gid in self._composites:
+            _, _, parts = self._composites.pop(gid)
+            self.network.remove(gid)
+            for pid in parts:
+                out += self.routes.remove_local(pid)
+        else:
+            out += self.routes.remove_local(gid)
         return out
 
     def _advertise(self, adv: Advertisement, session: Session) -> list[Out]:
@@ -349,8 +418,30 @@ class Broker:
             return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
         return [*self._withdraw(gid), (session.hop, Ok(aid))]
 
+    def _offer(self, adv: Advertisement, session: Session) -> list[Out]:
+        if adv.id in session.advertisements:
+            return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
+        gid = session.advertisements[adv.id] = self._new_id()
+        self._offers[gid] = session.hop
+        tree = self.archives.add(
+            Advertisement(gid, adv.filter), gid, session.hop, (self.id,), session.name
+        )
+        return [*self._offer_tree(tree), (session.hop, Ok(adv.id))]
+
+    def _offer_tree(self, tree: Tree, hop: str | None = None) -> list[Out]:
+        """The tree's advertisements, to ``hop`` or flooded to every neighbour."""
+        out: list[Out] = []
+        for adv in self._flooded(tree):
+            message = RouteAdvertise(adv, tree.id, tree.path, tree.replay)
+            out += [(hop, message)] if hop is not None else self._flood(message)
+        return out
+
     def _withdraw(self, gid: str) -> list[Out]:
         """Withdraw a local advertisement; the ones it hid are flooded (in its tree) first."""
+        if self._offers.pop(gid, None) is not None:
+            self.archives.remove(gid)
+            self._forget(gid)
+            return self._flood(RouteUnadvertise(gid, gid))
         local = self._local.pop(gid)
         out: list[Out] = []
         if local.hidden_by is not None:
@@ -382,7 +473,8 @@ class Broker:
         if what == "advertisements":
             rows = [
                 f"{adv.id} {format_filter(adv.filter)} tree={tree.id} from={tree.parent}"
-                for tree in self.trees
+                + (f" replay={tree.replay}" if tree.replay else "")
+                for tree in [*self.trees, *self.archives]
                 for adv in tree.advertisements.values()
             ]
         else:
@@ -398,33 +490,36 @@ class Broker:
 
     def _route_advertise(self, message: RouteAdvertise, hop: str) -> list[Out]:
         adv = message.advertisement
-        if (
-            self.id in message.path
-            or adv.id in self._withdrawn
-            or self.trees.tree_of(adv.id) is not None
-        ):
+        trees = self.archives if message.replay else self.trees
+        if self.id in message.path or adv.id in self._withdrawn or self._tree_of(adv.id):
             return []
-        tree = self.trees.get(message.tree)
+        tree = trees.get(message.tree)
         if tree is not None and tree.parent != hop:
             return []  # the copy from the tree's parent is the one that counts
-        tree = self.trees.add(adv, message.tree, hop, (*message.path, self.id))
-        out = self._flood(RouteAdvertise(adv, tree.id, tree.path), hop)
+        path = (*message.path, self.id)
+        tree = trees.add(adv, message.tree, hop, path, message.replay)
+        out = self._flood(RouteAdvertise(adv, tree.id, tree.path, tree.replay), hop)
+        if message.replay:
+            return out
         return out + self.routes.tree_grew(tree.id, adv.filter)
 
+    def _tree_of(self, advertisement_id: str) -> Tree | None:
+        return self.trees.tree_of(advertisement_id) or self.archives.tree_of(advertisement_id)
+
     def _route_unadvertise(self, message: RouteUnadvertise, hop: str) -> list[Out]:
-        tree = self.trees.tree_of(message.advertisement_id)
+        tree = self._tree_of(message.advertisement_id)
         if tree is None:
             return []
         if tree.parent != hop:
             if message.lost and self._peers[hop] not in tree.path:
                 # The neighbour lost the tree with a failed link; it can have it through us.
-                return [(hop, RouteAdvertise(a, tree.id, tree.path)) for a in self._flooded(tree)]
+                return self._offer_tree(tree, hop)
             return []
-        self.trees.remove(message.advertisement_id)
+        (self.archives if tree.replay else self.trees).remove(message.advertisement_id)
         if not message.lost:
             self._forget(message.advertisement_id)
         out = self._flood(message, hop)
-        return out + self.routes.tree_shrank(tree.id)
+        return out if tree.replay else out + self.routes.tree_shrank(tree.id)
 
     def _forget(self, advertisement_id: str) -> None:
         self._withdrawn[advertisement_id] = self._now
@@ -438,6 +533,8 @@ class Broker:
         if tree is not None:
             message = RoutePublish(pub, tree)
             out += [(hop, message) for hop in sorted(hops)]
+        for pid in owners.pop(HISTORY, ()):
+            out += self.history.arrived(pid, pub)
         out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
         for activation in activations:
             owner, local_id, _ = self._composites[activation.id]

@@ -33,6 +33,8 @@ class Tree:
     path: tuple[str, ...]
     """The brokers from the root down to this one, this one included."""
     advertisements: dict[str, Advertisement] = field(default_factory=dict)
+    replay: str = ""
+    """For a tree of replay offers: the database offering them."""
 
 
 class Trees:
@@ -60,11 +62,18 @@ class Trees:
         """The tree of a known advertisement (``KeyError`` if unknown)."""
         return self._trees[self._tree_of[advertisement_id]]
 
-    def add(self, adv: Advertisement, tree_id: str, parent: str, path: tuple[str, ...]) -> Tree:
+    def add(
+        self,
+        adv: Advertisement,
+        tree_id: str,
+        parent: str,
+        path: tuple[str, ...],
+        replay: str = "",
+    ) -> Tree:
         """Record ``adv`` in its tree, creating the tree with ``parent`` if it is new."""
         tree = self._trees.get(tree_id)
         if tree is None:
-            tree = self._trees[tree_id] = Tree(tree_id, parent, path)
+            tree = self._trees[tree_id] = Tree(tree_id, parent, path, replay=replay)
         tree.advertisements[adv.id] = adv
         self._tree_of[adv.id] = tree_id
         self._by_class.setdefault(adv.filter.class_name, {})[adv.id] = adv

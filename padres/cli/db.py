@@ -12,6 +12,9 @@ from typing import Any
 from padres.cli.inputs import CommandError
 from padres.cli.logs import setup_logging
 from padres.client import Client, ClientState, ConnectionLost, RequestFailed
+from padres.errors import ParseError
+from padres.parser import parse_filter
+from padres.printer import format_filter
 
 
 def register(commands: Any) -> None:
@@ -20,6 +23,13 @@ def register(commands: Any) -> None:
     p.add_argument("--broker", default="ws://127.0.0.1:8001", help="broker URL, ws://host:port")
     p.add_argument(
         "--url", help="SQLAlchemy database URL (default: sqlite:///<id>.sqlite, a local file)"
+    )
+    p.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="store (and offer to replay) what this filter matches from the start; repeatable",
     )
     p.add_argument("--quiet", action="store_true", help="log warnings only")
     p.set_defaults(run=run)
@@ -37,6 +47,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from historic.node import DatabaseNode  # the storage layer sits above the core package
     from historic.store import Store
 
+    try:
+        specs = [format_filter(parse_filter(spec)) for spec in args.store]
+    except ParseError as exc:
+        raise CommandError(f"--store: {exc}") from None
     store = Store(args.url or f"sqlite:///{args.id}.sqlite")
     client = Client(args.broker, args.id)
     try:
@@ -45,6 +59,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise CommandError(f"cannot connect to {args.broker}: {exc}") from None
     node = DatabaseNode(args.id, client, store)
     await node.start()
+    for spec in specs:
+        await node.store_spec(spec)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,6 +1,7 @@
-"""Broker processes on this machine: start ``padres broker``, learn its port, stop or kill it.
+"""Broker and database processes on this machine: start ``padres broker`` (learning its port)
+or ``padres db``, stop or kill them.
 
-Used by the network tests and ``padres bench network``; each broker is a real process with a
+Used by the network tests, the scenarios and ``padres bench``; each is a real process with a
 real socket, started by the project's own command.
 """
 
@@ -15,40 +16,22 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-__all__ = ["BrokerProcess"]
-
-_READY = re.compile(r"listening on (ws://\S+)")
+__all__ = ["BrokerProcess", "DatabaseProcess"]
 
 
-class BrokerProcess:
-    """One ``padres broker`` child process."""
+class _Child:
+    """A ``padres`` child process that prints a line matching ``ready`` once it is up."""
 
-    def __init__(
-        self,
-        broker_id: str,
-        *,
-        port: int = 0,
-        neighbors: Sequence[str] = (),
-        options: Sequence[str] = (),
-        log: IO[bytes] | None = None,
-    ) -> None:
-        self.id = broker_id
-        self.port = port
-        self.neighbors = list(neighbors)
-        self.options = list(options)
-        self.url = ""
+    def __init__(self, name: str, ready: str, log: IO[bytes] | None) -> None:
+        self.name = name
+        self._ready = re.compile(ready)
         self._log = log
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 20.0) -> str:
-        """Start the process and wait until it listens; returns its URL."""
+    def _start(self, args: list[str], timeout: float) -> re.Match[str]:
         self.stop()  # a restart: let go of the previous process
-        args = [sys.executable, "-m", "padres.cli", "broker", "--id", self.id]
-        args += ["--port", str(self.port), "--quiet", *self.options]
-        for n in self.neighbors:
-            args += ["--neighbor", n]
         self._proc = subprocess.Popen(
-            args,
+            [sys.executable, "-m", "padres.cli", *args],
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -58,15 +41,13 @@ class BrokerProcess:
         line = b""
         while time.monotonic() < deadline:
             line = self._proc.stdout.readline()
-            found = _READY.search(line.decode(errors="replace"))
+            found = self._ready.search(line.decode(errors="replace"))
             if found:
-                self.url = found.group(1)
-                self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
-                return self.url
+                return found
             if not line and self._proc.poll() is not None:
                 break
         self.kill()
-        raise RuntimeError(f"broker {self.id} did not start (last output: {line!r})")
+        raise RuntimeError(f"{self.name} did not start (last output: {line!r})")
 
     def kill(self) -> None:
         """Kill the process at once (SIGKILL), as a crash would."""
@@ -98,3 +79,57 @@ class BrokerProcess:
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+
+class BrokerProcess(_Child):
+    """One ``padres broker`` child process."""
+
+    def __init__(
+        self,
+        broker_id: str,
+        *,
+        port: int = 0,
+        neighbors: Sequence[str] = (),
+        options: Sequence[str] = (),
+        log: IO[bytes] | None = None,
+    ) -> None:
+        super().__init__(f"broker {broker_id}", r"listening on (ws://\S+)", log)
+        self.id = broker_id
+        self.port = port
+        self.neighbors = list(neighbors)
+        self.options = list(options)
+        self.url = ""
+
+    def start(self, timeout: float = 20.0) -> str:
+        """Start the process and wait until it listens; returns its URL."""
+        args = ["broker", "--id", self.id, "--port", str(self.port), "--quiet", *self.options]
+        for n in self.neighbors:
+            args += ["--neighbor", n]
+        self.url = self._start(args, timeout).group(1)
+        self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+        return self.url
+
+
+class DatabaseProcess(_Child):
+    """One ``padres db`` child process, storing ``stores`` (filters) from the start."""
+
+    def __init__(
+        self,
+        db_id: str,
+        broker: str,
+        url: str,
+        *,
+        stores: Sequence[str] = (),
+        log: IO[bytes] | None = None,
+    ) -> None:
+        super().__init__(f"database {db_id}", r"database \S+ attached to", log)
+        self.id = db_id
+        self.broker = broker
+        self.url = url
+        self.stores = list(stores)
+
+    def start(self, timeout: float = 20.0) -> None:
+        args = ["db", "--id", self.id, "--broker", self.broker, "--url", self.url, "--quiet"]
+        for spec in self.stores:
+            args += ["--store", spec]
+        self._start(args, timeout)

@@ -1,0 +1,233 @@
+"""Historic and hybrid subscriptions: asking the databases, carrying their answers back.
+
+A database offers replay with an advertisement of what it stores; the offer floods the overlay
+like any advertisement, in its own set of trees (``Broker.archives``). A subscription with a
+time window reaching into the past is *watched* at its edge broker: for each of its filters
+(one, or one per part of a composite) the edge broker sends a ``ReplayRequest`` up the tree of
+every database whose offer overlaps it, one request per database. Each broker on the way
+remembers the request's *passage* (the hop back and the hop forward), so the answers
+(``ReplayBatch``, then ``ReplayEnd``) travel back to the requester only, and a lost link or a
+vanished database ends the request with an error instead of leaving it waiting.
+
+At the edge, a ``Feed`` per filter merges the answers and the live stream (see ``replay``);
+the watch turns what comes out into deliveries, and tells the client with ``ReplayDone`` when
+the past is complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Final
+
+from padres.broker.replay import Feed
+from padres.broker.routes import Out
+from padres.broker.trees import Trees
+from padres.messages import CompositeSubscription, Filter, Publication, Subscription
+from padres.protocol import (
+    CompositeNotify,
+    Notify,
+    ReplayBatch,
+    ReplayDone,
+    ReplayEnd,
+    ReplayRequest,
+)
+from padres.rete_engine import to_conjunction
+from rete import Composite, CompositeLimits, Network
+from rete.conditions import Test
+from rete.operators import Op
+
+__all__ = ["HISTORY", "History", "Watch"]
+
+HISTORY: Final = "(history)"
+"""The owner of the live routes of watched subscriptions: their matches go to ``History``."""
+
+_PART: Final = "_replay_part"
+"""Tags a publication with the part of a watched composite it was fed to."""
+
+
+@dataclass
+class _Passage:
+    back: str
+    """The hop toward the requester; empty at the requester's own broker."""
+    forward: str
+    """The hop toward the database."""
+
+
+@dataclass
+class Watch:
+    """A historic or hybrid subscription at its edge broker."""
+
+    owner: str
+    local_id: str
+    feeds: dict[str, Feed] = field(default_factory=dict)
+    """Per filter (the part's overlay-wide id), its feed."""
+    network: Network | None = None
+    """A composite's own Rete network, fed only with what its feeds pass on."""
+    has_past: bool = False
+    count: int = 0
+    reported: bool = False
+
+    def deliveries(self, part: str, pubs: list[Publication]) -> list[Out]:
+        if self.network is None:
+            out: list[Out] = [(self.owner, Notify(p, (self.local_id,))) for p in pubs]
+        else:
+            out = []
+            index = int(part.rsplit("/", 1)[1])
+            for pub in pubs:
+                tagged = replace(pub, attributes={**pub.attributes, _PART: index})
+                for activation in self.network.match(tagged).activations:
+                    facts = [_untagged(f) for f in activation.facts]
+                    if len({(f.publisher, f.id) for f in facts}) == len(facts):
+                        out.append(
+                            (
+                                self.owner,
+                                CompositeNotify(self.local_id, tuple(facts), activation.bindings),
+                            )
+                        )
+        if not self.reported:
+            self.count += len(out)
+        return out
+
+    def report(self) -> list[Out]:
+        """``ReplayDone`` once every feed has finished, if it has not been sent yet."""
+        if self.reported or not all(f.done for f in self.feeds.values()):
+            return []
+        self.reported = True
+        if not self.has_past:
+            return []
+        answered = sorted({db for f in self.feeds.values() for db in f.answered})
+        failed = sorted(
+            {f"{db}: {why}" for f in self.feeds.values() for db, why in f.failed.items()}
+        )
+        live = any(f.live for f in self.feeds.values())
+        done = ReplayDone(self.local_id, self.count, tuple(answered), tuple(failed), live)
+        return [(self.owner, done)]
+
+
+def _untagged(pub: Publication) -> Publication:
+    attrs = {k: v for k, v in pub.attributes.items() if k != _PART}
+    return Publication(pub.id, attrs, pub.timestamp, pub.publisher)
+
+
+def composite_network(sub: CompositeSubscription, limits: CompositeLimits | None) -> Network:
+    """A network holding only ``sub``, each part also asking for its own tag."""
+    network = Network(limits)
+    parts = tuple(
+        (*to_conjunction(flt), Test(_PART, Op.EQ_NUM, i)) for i, flt in enumerate(sub.filters)
+    )
+    network.add(sub.id, Composite(parts, sub.patterns))
+    return network
+
+
+class History:
+    """A broker's historic requests: those it made, and those passing through it."""
+
+    def __init__(self, broker_id: str, archives: Trees, settle: float) -> None:
+        self.id = broker_id
+        self.archives = archives
+        self.settle = settle
+        self.watches: dict[str, Watch] = {}
+        self.parts: dict[str, str] = {}
+        """Part id -> the id of its watch."""
+        self._passages: dict[tuple[str, str], _Passage] = {}
+
+    def is_empty(self) -> bool:
+        return not (self.watches or self._passages)
+
+    # -- at the requester's broker -----------------------------------------------------------
+
+    def watch(
+        self, gid: str, watch: Watch, parts: list[tuple[str, Filter]], now: float
+    ) -> list[Out]:
+        """Start ``watch`` (stored under ``gid``) for its filters ``parts``; returns the requests
+        to send. Parts whose window does not reach into the past ask nobody."""
+        at = datetime.fromtimestamp(now, UTC)
+        out: list[Out] = []
+        for pid, flt in parts:
+            window = flt.window
+            past = window is not None and (window.start is None or window.start < at)
+            live = window is None or window.end is None or window.end > at
+            databases: dict[str, str] = {}
+            if past:
+                watch.has_past = True
+                end = (
+                    now
+                    if window is None or window.end is None
+                    else min(now, window.end.timestamp())
+                )
+                for tid in sorted(self.archives.overlapping(flt)):
+                    tree = self.archives.get(tid)
+                    if tree is not None and tree.replay not in databases:
+                        databases[tree.replay] = tid
+                for db, tid in databases.items():
+                    tree = self.archives.get(tid)
+                    assert tree is not None
+                    self._passages[pid, db] = _Passage("", tree.parent)
+                    request = ReplayRequest(Subscription(pid, flt), tid, db, end + self.settle)
+                    out.append((tree.parent, request))
+            watch.feeds[pid] = Feed(window, databases, live=live, started=at)
+            self.parts[pid] = gid
+        self.watches[gid] = watch
+        return out
+
+    def unwatch(self, gid: str) -> Watch:
+        watch = self.watches.pop(gid)
+        for pid in watch.feeds:
+            del self.parts[pid]
+            for key in [k for k in self._passages if k[0] == pid]:
+                del self._passages[key]
+        return watch
+
+    def arrived(self, pid: str, pub: Publication) -> list[Out]:
+        """A live publication matched part ``pid`` of a watch."""
+        watch = self.watches[self.parts[pid]]
+        return watch.deliveries(pid, watch.feeds[pid].arrived(pub))
+
+    # -- requests on the way -----------------------------------------------------------------
+
+    def forward(self, request: ReplayRequest, hop: str) -> list[Out]:
+        """A request from a neighbour: pass it on toward its database, or say it cannot go."""
+        rid, db = request.subscription.id, request.database
+        tree = self.archives.get(request.tree)
+        if tree is None or tree.parent == hop or tree.replay != db:
+            return [(hop, ReplayEnd(rid, db, 0, f"no route to {db} at broker {self.id}"))]
+        self._passages[rid, db] = _Passage(hop, tree.parent)
+        return [(tree.parent, request)]
+
+    def answer(self, message: ReplayBatch | ReplayEnd, hop: str) -> list[Out]:
+        """An answer coming back from ``hop``: pass it on toward its requester, or deliver it."""
+        key = (message.request, message.database)
+        passage = self._passages.get(key)
+        if passage is None or passage.forward != hop:
+            return []  # its requester is gone
+        if isinstance(message, ReplayEnd):
+            del self._passages[key]
+        if passage.back:
+            return [(passage.back, message)]
+        return self._answered(message)
+
+    def hop_down(self, hop: str, why: str) -> list[Out]:
+        """A connection is gone: requests sent through it end with ``why``; requests that came
+        through it are forgotten."""
+        out: list[Out] = []
+        for key, passage in list(self._passages.items()):
+            if passage.back == hop:
+                del self._passages[key]
+            elif passage.forward == hop:
+                del self._passages[key]
+                end = ReplayEnd(key[0], key[1], 0, why)
+                out += [(passage.back, end)] if passage.back else self._answered(end)
+        return out
+
+    def _answered(self, message: ReplayBatch | ReplayEnd) -> list[Out]:
+        gid = self.parts.get(message.request)
+        if gid is None:
+            return []
+        watch = self.watches[gid]
+        feed = watch.feeds[message.request]
+        if isinstance(message, ReplayBatch):
+            pubs = feed.replayed(message.database, message.publications)
+        else:
+            pubs = feed.finished(message.database, message.error)
+        return watch.deliveries(message.request, pubs) + watch.report()

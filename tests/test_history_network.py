@@ -1,0 +1,119 @@
+"""Historic and hybrid subscriptions across real broker and database processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from padres.client import Client, Delivery
+from padres.messages import Publication
+from padres.protocol import Notify
+from padres.runtime.processes import BrokerProcess, DatabaseProcess
+
+ORDERS = "[class,eq,'Order']"
+
+
+@pytest.fixture
+def triangle(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Brokers A, B, C in a cycle; databases D1 at B and D2 at C, both storing orders."""
+    a = BrokerProcess("A", options=["--heartbeat", "1"])
+    urls = {"A": a.start()}
+    b = BrokerProcess("B", neighbors=[urls["A"]])
+    urls["B"] = b.start()
+    c = BrokerProcess("C", neighbors=[urls["A"], urls["B"]])
+    urls["C"] = c.start()
+    d1 = DatabaseProcess("D1", urls["B"], f"sqlite:///{tmp_path / 'd1.sqlite'}", stores=[ORDERS])
+    d2 = DatabaseProcess("D2", urls["C"], f"sqlite:///{tmp_path / 'd2.sqlite'}", stores=[ORDERS])
+    d1.start()
+    d2.start()
+    yield urls
+    for proc in (d1, d2, c, b, a):
+        proc.stop()
+
+
+async def _offers_reach(client: Client, count: int) -> None:
+    for _ in range(200):
+        rows = await client.query("advertisements")
+        if sum("replay=" in row for row in rows) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the databases' offers did not arrive")
+
+
+def _order(i: int) -> Publication:
+    attrs = {"class": "Order", "item": "shoes" if i % 2 else "hat", "n": i}
+    return Publication(f"o{i}", attrs, datetime.now(UTC))
+
+
+def _ids(got: list[Delivery]) -> list[str]:
+    return [d.publication.id for d in got if isinstance(d, Notify)]
+
+
+def test_hybrid_and_historic_subscriptions_with_publishers_running(
+    triangle: dict[str, str],
+) -> None:
+    asyncio.run(_hybrid(triangle))
+
+
+async def _hybrid(urls: dict[str, str]) -> None:
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    async with (
+        Client(urls["A"], "shop") as shop,
+        Client(urls["C"], "manager") as manager,
+        Client(urls["B"], "other") as other,
+    ):
+        await _offers_reach(manager, 2)
+        await shop.advertise(ORDERS)
+        await asyncio.sleep(0.5)  # the databases' subscriptions reach A
+        published = 0
+
+        async def publish(n: int) -> None:
+            nonlocal published
+            for _ in range(n):
+                await shop.publish(_order(published))
+                published += 1
+                await asyncio.sleep(0.004)
+
+        await publish(150)
+        running = asyncio.get_running_loop().create_task(publish(350))
+        await asyncio.sleep(0.2)
+        live: list[Delivery] = []
+        await other.subscribe(ORDERS, live.append)
+        hybrid = await manager.subscribe(f"{ORDERS},[time,>=,'{start.isoformat()}']", id="h")
+        got: list[Delivery] = []
+
+        async def collect() -> None:
+            async for delivery in hybrid:
+                got.append(delivery)
+
+        collector = asyncio.get_running_loop().create_task(collect())
+        done = await hybrid.replayed(timeout=20)
+        await running
+        for _ in range(100):
+            if len(got) >= published:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # nothing more arrives: no duplicate is on its way
+        collector.cancel()
+        assert _ids(got) == [f"o{i}" for i in range(published)]  # no gap, no duplicate, in order
+        assert done.databases == ("D1@B", "D2@C") and done.failed == () and done.live
+        assert done.count >= 150
+        # An overlapping live subscriber got the live stream only: no replayed publication.
+        ids = _ids(live)
+        assert len(ids) == len(set(ids)) and 0 < len(ids) < published
+        assert ids == [f"o{i}" for i in range(published - len(ids), published)]
+
+        # A historic subscription (ending in the past) ends with its replay.
+        end = datetime.now(UTC)
+        await asyncio.sleep(0.1)
+        await shop.publish(_order(published))  # after the window: not replayed
+        window = f"[time,>=,'{start.isoformat()}'],[time,<,'{end.isoformat()}']"
+        past = await manager.subscribe(f"{ORDERS},[item,eq,'shoes'],{window}")
+        shoes = [d async for d in past]  # the iterator ends when every database finished
+        assert _ids(shoes) == [f"o{i}" for i in range(1, published, 2)]
+        done = await past.replayed()
+        assert done.count == published // 2 and not done.live

@@ -1,0 +1,250 @@
+"""Historic, hybrid and composite-historic subscriptions in simulated overlays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from padres.broker.replay import Feed
+from padres.messages import Publication, TimeWindow, Unsubscribe
+from padres.parser import parse_advertisement, parse_composite, parse_subscription
+from padres.protocol import ReplayDone
+from padres.simulation import SimClient, Simulation
+from tests.sim_archive import SimArchive
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+PAST = NOW - timedelta(days=20)
+
+
+def _sim(links: list[tuple[str, str]], seed: int = 3) -> Simulation:
+    sim = Simulation(seed, clock=NOW.timestamp())
+    for a, b in links:
+        for x in (a, b):
+            if x not in sim.brokers:
+                sim.add_broker(x)
+        sim.link(a, b)
+    sim.run()
+    return sim
+
+
+STAR = [("A", "B"), ("C", "B"), ("D", "B"), ("E", "B"), ("A", "C"), ("D", "E")]
+
+
+def _order(i: int, item: str, at: datetime, user: str = "gold") -> Publication:
+    attrs = {"class": "Order", "item": item, "price": 10 + i, "userType": user}
+    return Publication(f"o{i}", attrs, at)
+
+
+def _shop(sim: Simulation, broker: str = "A") -> SimClient:
+    shop = sim.attach("shop", broker)
+    sim.send(shop, parse_advertisement("[class,eq,'Order']", id="a1"))
+    sim.send(shop, parse_advertisement("[class,eq,'SysInfo']", id="a2"))
+    sim.run()
+    return shop
+
+
+def _ids(client: SimClient) -> list[str]:
+    return [n.publication.id for n in client.notifications]
+
+
+def _done(client: SimClient) -> list[ReplayDone]:
+    return [m for m in client.other if isinstance(m, ReplayDone)]
+
+
+def _window(start: datetime, end: datetime | None = None) -> str:
+    text = f"[time,>=,'{start.isoformat()}']"
+    return text + (f",[time,<,'{end.isoformat()}']" if end else "")
+
+
+def test_a_historic_subscription_is_answered_to_the_requester_only() -> None:
+    sim = _sim(STAR)
+    db = SimArchive.attach(sim, "db", "C")
+    db.store("[class,eq,'Order']", "spec1")
+    shop = _shop(sim)
+    for i in range(12):
+        sim.send(shop, _order(i, "shoes" if i % 3 else "hat", PAST + timedelta(hours=i)))
+    sim.run()
+    assert len(db.stored) == 12
+    other = sim.attach("other", "D")
+    sim.send(other, parse_subscription("[class,eq,'Order']", id="live"))
+    manager = sim.attach("manager", "E")
+    window = _window(PAST + timedelta(hours=2), PAST + timedelta(hours=9))
+    sub = parse_subscription(f"[class,eq,'Order'],[item,eq,'shoes'],{window}", id="h")
+    sim.send(manager, sub)
+    sim.run()
+    assert manager.notifications == [] and len(db.requests) == 1
+    db.answer()
+    sim.run()
+    assert _ids(manager) == ["o2", "o4", "o5", "o7", "o8"]  # in time order, within the window
+    assert all(n.subscriptions == ("h",) for n in manager.notifications)
+    assert _done(manager) == [ReplayDone("h", 5, ("db@C",))]
+    assert other.notifications == []  # an overlapping live subscriber sees no replay
+    assert sim.brokers["E"].history.is_empty()  # a historic subscription ends with its past
+    sim.send(manager, sub)
+    sim.run()
+    assert manager.acks == ["h", "h"]
+
+
+def test_overlapping_databases_give_each_publication_once_in_time_order() -> None:
+    sim = _sim(STAR)
+    shoes = SimArchive.attach(sim, "shoes", "C")
+    shoes.store("[class,eq,'Order'],[item,eq,'shoes']", "s")
+    every = SimArchive.attach(sim, "every", "D")
+    every.store("[class,eq,'Order']", "s")
+    every.batch = 2
+    shop = _shop(sim)
+    for i in range(15):
+        sim.send(shop, _order(i, "shoes" if i % 2 else "hat", PAST + timedelta(minutes=i)))
+    sim.run()
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    every.answer()  # one database answers in full before the other starts
+    sim.run()
+    assert manager.notifications == []  # held: the other one could still send earlier ones
+    shoes.answer()
+    sim.run()
+    assert _ids(manager) == [f"o{i}" for i in range(15)]
+    (done,) = _done(manager)
+    assert done.count == 15 and done.databases == ("every@D", "shoes@C")
+
+
+def _publish_while_running(sim: Simulation, shop: SimClient, first: int, n: int, steps: int) -> int:
+    """Publish orders ``first`` .. ``first + n - 1`` stamped with the simulation's clock, letting
+    ``steps`` messages through after each; returns the next number."""
+    for i in range(first, first + n):
+        sim.send(shop, _order(i, "shoes", datetime.fromtimestamp(sim.clock, UTC)))
+        sim.step(steps)
+    return first + n
+
+
+def test_a_hybrid_subscription_gets_the_past_then_the_live_stream_without_gap_or_duplicate() -> (
+    None
+):
+    for seed in range(6):
+        sim = _sim(STAR, seed)
+        db = SimArchive.attach(sim, "db", "C")
+        db.store("[class,eq,'Order']", "s")
+        shop = _shop(sim)
+        count = _publish_while_running(sim, shop, 0, 10, 0)
+        sim.run()
+        manager = sim.attach("manager", "E")
+        sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+        count = _publish_while_running(sim, shop, count, 10, 3)  # while it is on its way
+        sim.run()
+        count = _publish_while_running(sim, shop, count, 5, 2)
+        db.answer()  # the past ends in the middle of the live stream
+        count = _publish_while_running(sim, shop, count, 10, 2)
+        sim.run()
+        assert _ids(manager) == [f"o{i}" for i in range(count)], seed
+        (done,) = _done(manager)
+        assert done.databases == ("db@C",) and done.count >= 25
+
+
+def test_a_composite_subscription_over_the_past() -> None:
+    sim = _sim(STAR)
+    db = SimArchive.attach(sim, "db", "C")
+    db.store("[class,eq,'Order']", "s1")
+    db.store("[class,eq,'SysInfo']", "s2")
+    shop = _shop(sim)
+    info = {"class": "SysInfo", "status": "overloaded", "userType": "gold"}
+    sim.send(shop, Publication("i1", info, PAST + timedelta(hours=1)))
+    sim.send(shop, Publication("i2", {**info, "status": "healthy"}, PAST + timedelta(hours=1)))
+    for i, user in enumerate(["gold", "silver", "gold", "VIP"]):
+        sim.send(shop, _order(i, "shoes", PAST + timedelta(hours=2 + i), user))
+    sim.run()
+    manager = sim.attach("manager", "E")
+    window = _window(PAST, NOW - timedelta(days=1))
+    text = (
+        f"{{[class,eq,'SysInfo'],[status,eq,'overloaded'],[userType,eq,$U],{window}}}"
+        f" & {{[class,eq,'Order'],[userType,eq,$U],{window}}}"
+    )
+    sim.send(manager, parse_composite(text, id="c"))
+    sim.run()
+    db.answer()
+    sim.run()
+    matched = sorted(tuple(p.id for p in m.publications) for m in manager.composites)
+    assert matched == [("i1", "o0"), ("i1", "o2")]
+    assert all(m.bindings == {"U": "gold"} for m in manager.composites)
+    assert _done(manager) == [ReplayDone("c", 2, ("db@C",))]
+
+
+def test_without_a_database_the_replay_ends_at_once() -> None:
+    sim = _sim(STAR)
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    assert manager.acks == ["h"] and _done(manager) == [ReplayDone("h", 0, (), live=True)]
+
+
+def test_a_database_that_disappears_mid_replay_is_named() -> None:
+    sim = _sim(STAR)
+    db = SimArchive.attach(sim, "db", "C")
+    db.store("[class,eq,'Order']", "s")
+    shop = _shop(sim)
+    for i in range(10):
+        sim.send(shop, _order(i, "shoes", PAST + timedelta(minutes=i)))
+    sim.run()
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    db.answer(fail_after=2)
+    sim.run()
+    sim.detach(db)
+    sim.run()
+    assert _ids(manager) == [f"o{i}" for i in range(6)]  # what arrived is kept
+    assert _done(manager) == [ReplayDone("h", 6, (), ("db@C: db@C disconnected",), live=True)]
+
+
+def test_a_link_lost_mid_replay_ends_it_with_an_error() -> None:
+    sim = _sim([("A", "B"), ("B", "C")])
+    db = SimArchive.attach(sim, "db", "C")
+    db.store("[class,eq,'Order']", "s")
+    shop = _shop(sim, "C")
+    for i in range(4):
+        sim.send(shop, _order(i, "shoes", PAST + timedelta(minutes=i)))
+    sim.run()
+    manager = sim.attach("manager", "A")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    sim.unlink("B", "C")
+    sim.run()
+    (done,) = _done(manager)
+    assert done.failed == ("db@C: the link from B to C was lost",)
+
+
+def test_watched_subscriptions_leave_nothing_behind() -> None:
+    sim = _sim(STAR)
+    db = SimArchive.attach(sim, "db", "C")
+    db.store("[class,eq,'Order']", "s")
+    shop = _shop(sim)
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    sim.send(manager, Unsubscribe("h"))
+    sim.run()
+    db.answer()  # answers to a subscription that is gone are dropped on the way
+    sim.run()
+    assert manager.notifications == [] and _done(manager) == []
+    for client in (db, shop, manager):
+        sim.detach(client)
+    sim.run()
+    assert sim.tables_empty()
+
+
+def test_a_feed_drops_a_live_copy_of_a_replayed_publication_after_the_switch() -> None:
+    feed = Feed(TimeWindow(PAST), ["d1", "d2"], live=True, started=NOW)
+    p = [
+        Publication(f"p{i}", {"class": "Order"}, NOW + timedelta(seconds=i), "x") for i in range(4)
+    ]
+    assert feed.arrived(p[2]) == []  # held until the past is complete
+    assert feed.replayed("d1", p[:2]) == []  # d2 could still send something earlier
+    assert feed.replayed("d2", [p[0]]) == [p[0]]
+    assert feed.finished("d2") == [p[1]]
+    assert feed.replayed("d1", [p[3]]) == [p[3]]
+    assert feed.finished("d1", "broken") == [p[2]]
+    assert feed.done and feed.answered == ["d2"] and feed.failed == {"d1": "broken"}
+    assert feed.arrived(p[3]) == []  # the database had it before the live stream did
+    late = Publication("old", {"class": "Order"}, PAST - timedelta(seconds=1), "x")
+    assert feed.arrived(late) == []  # outside the window
+    new = Publication("p9", {"class": "Order"}, NOW + timedelta(seconds=9), "x")
+    assert feed.arrived(new) == [new]
