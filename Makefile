@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy padres rete historic tests
+	$(BIN)/mypy padres rete historic tests scenarios
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

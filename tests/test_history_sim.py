@@ -9,6 +9,7 @@ from padres.messages import Publication, TimeWindow, Unsubscribe
 from padres.parser import parse_advertisement, parse_composite, parse_subscription
 from padres.protocol import ReplayDone
 from padres.simulation import SimClient, Simulation
+from rete.operators import Value
 from tests.sim_archive import SimArchive
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -30,7 +31,7 @@ STAR = [("A", "B"), ("C", "B"), ("D", "B"), ("E", "B"), ("A", "C"), ("D", "E")]
 
 
 def _order(i: int, item: str, at: datetime, user: str = "gold") -> Publication:
-    attrs = {"class": "Order", "item": item, "price": 10 + i, "userType": user}
+    attrs: dict[str, Value] = {"class": "Order", "item": item, "price": 10 + i, "userType": user}
     return Publication(f"o{i}", attrs, at)
 
 
