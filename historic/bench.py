@@ -13,7 +13,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,11 @@ from padres.matching import matches
 from padres.messages import Filter, Predicate, Publication
 from rete.operators import Op
 
-__all__ = ["report", "run"]
+__all__ = ["publications", "report", "run", "selection"]
 
 
-def _publications(count: int, data: Path | None) -> list[Publication]:
+def publications(count: int, data: Path | None) -> list[Publication]:
+    """``count`` stock quotes, repeated as needed, one per second of event time from START."""
     quotes = stock_publications(data)
     out = []
     for i in range(count):
@@ -36,13 +37,19 @@ def _publications(count: int, data: Path | None) -> list[Publication]:
     return out
 
 
-def run(count: int = 1_000_000, url: str | None = None, data: Path | None = None) -> dict[str, Any]:
-    pubs = _publications(count, data)
+def selection(pubs: list[Publication]) -> tuple[Filter, datetime, datetime]:
+    """About 1% of ``pubs``: a tenth of the span by time, the top tenth by volume."""
+    count = len(pubs)
     volumes = sorted(int(p.attributes["volume"]) for p in pubs[: min(count, 100_000)])
     threshold = volumes[int(0.9 * (len(volumes) - 1))]
     flt = Filter((Predicate("class", Op.EQ, "STOCK"), Predicate("volume", Op.GT, threshold)))
     since = START + timedelta(seconds=int(count * 0.45))
-    until = since + timedelta(seconds=count // 10)
+    return flt, since, since + timedelta(seconds=count // 10)
+
+
+def run(count: int = 1_000_000, url: str | None = None, data: Path | None = None) -> dict[str, Any]:
+    pubs = publications(count, data)
+    flt, since, until = selection(pubs)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(url or f"sqlite:///{tmp}/history.sqlite")
         if store.count():

@@ -61,6 +61,16 @@ def register(commands: Any) -> None:
     )
     h.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     h.set_defaults(run=run_history)
+    r = benches.add_parser(
+        "replay", help="historic path: a database node's ingest and a 1% replay via a broker"
+    )
+    r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
+    r.add_argument("--rate", type=float, default=20_000, help="publishing rate cap, per second")
+    r.add_argument(
+        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
+    )
+    r.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    r.set_defaults(run=run_replay)
 
 
 def run_parse(args: argparse.Namespace) -> int:
@@ -100,4 +110,12 @@ def run_history(args: argparse.Namespace) -> int:
 
     result = history.run(args.count, args.url, args.data)
     print(orjson.dumps(result).decode() if args.json else history.report(result))
+    return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from historic import replay_bench  # the storage layer sits above the core package
+
+    result = replay_bench.run(args.count, args.rate, args.data)
+    print(orjson.dumps(result).decode() if args.json else replay_bench.report(result))
     return 0 if result["query_rows"] == result["query_expected"] else 1
