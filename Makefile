@@ -47,6 +47,10 @@ demo: $(STAMP)
 	@echo
 	@echo "== PADRES' demo star: five broker processes on loopback, quotes published at A"
 	$(BIN)/python scenarios/stocks/overlay.py $(STOCKQUOTES)
+	@echo
+	@echo "== The retail day: four brokers in a cycle, two databases, a sales manager's"
+	@echo "   future, historic, hybrid and composite subscriptions"
+	$(BIN)/python scenarios/retail/retail.py
 
 bench: $(STAMP)
 	$(BIN)/padres bench parse

@@ -118,6 +118,11 @@ class SubscriptionHandle:
         self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
 
+    @property
+    def replay(self) -> ReplayDone | None:
+        """The ``ReplayDone`` of a historic or hybrid subscription, once it has come."""
+        return self._replayed.result() if self._replayed.done() else None
+
     async def replayed(self, timeout: float | None = None) -> ReplayDone:
         """The end of the past of a historic or hybrid subscription: how many deliveries it
         made, which databases answered and which did not finish."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -117,3 +118,21 @@ async def _hybrid(urls: dict[str, str]) -> None:
         assert _ids(shoes) == [f"o{i}" for i in range(1, published, 2)]
         done = await past.replayed()
         assert done.count == published // 2 and not done.live
+
+        # The same from the command line: it prints the past and exits.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "padres.cli",
+            "sub",
+            f"{ORDERS},[item,eq,'shoes'],{window}",
+            "--broker",
+            urls["B"],
+            "--json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err
+        assert len(out.splitlines()) == published // 2
+        assert f"replayed {published // 2} from D1@B, D2@C" in err.decode()

@@ -56,14 +56,22 @@ def _window(start: datetime, end: datetime | None = None) -> str:
     return text + (f",[time,<,'{end.isoformat()}']" if end else "")
 
 
-def test_a_historic_subscription_is_answered_to_the_requester_only() -> None:
+def _stored(count: int, every: timedelta, item: str = "shoes") -> tuple[Simulation, SimArchive]:
+    """The star with a database at C storing orders, and ``count`` orders published at A,
+    ``every`` apart from PAST (every third a hat, with ``item`` 'mixed')."""
     sim = _sim(STAR)
     db = SimArchive.attach(sim, "db", "C")
-    db.store("[class,eq,'Order']", "spec1")
+    db.store("[class,eq,'Order']", "s")
     shop = _shop(sim)
-    for i in range(12):
-        sim.send(shop, _order(i, "shoes" if i % 3 else "hat", PAST + timedelta(hours=i)))
+    for i in range(count):
+        kind = ("shoes" if i % 3 else "hat") if item == "mixed" else item
+        sim.send(shop, _order(i, kind, PAST + every * i))
     sim.run()
+    return sim, db
+
+
+def test_a_historic_subscription_is_answered_to_the_requester_only() -> None:
+    sim, db = _stored(12, timedelta(hours=1), "mixed")
     assert len(db.stored) == 12
     other = sim.attach("other", "D")
     sim.send(other, parse_subscription("[class,eq,'Order']", id="live"))
@@ -178,13 +186,7 @@ def test_without_a_database_the_replay_ends_at_once() -> None:
 
 
 def test_a_database_that_disappears_mid_replay_is_named() -> None:
-    sim = _sim(STAR)
-    db = SimArchive.attach(sim, "db", "C")
-    db.store("[class,eq,'Order']", "s")
-    shop = _shop(sim)
-    for i in range(10):
-        sim.send(shop, _order(i, "shoes", PAST + timedelta(minutes=i)))
-    sim.run()
+    sim, db = _stored(10, timedelta(minutes=1))
     manager = sim.attach("manager", "E")
     sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
     sim.run()
@@ -214,10 +216,7 @@ def test_a_link_lost_mid_replay_ends_it_with_an_error() -> None:
 
 
 def test_watched_subscriptions_leave_nothing_behind() -> None:
-    sim = _sim(STAR)
-    db = SimArchive.attach(sim, "db", "C")
-    db.store("[class,eq,'Order']", "s")
-    shop = _shop(sim)
+    sim, db = _stored(3, timedelta(minutes=1))
     manager = sim.attach("manager", "E")
     sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
     sim.run()
@@ -226,7 +225,7 @@ def test_watched_subscriptions_leave_nothing_behind() -> None:
     db.answer()  # answers to a subscription that is gone are dropped on the way
     sim.run()
     assert manager.notifications == [] and _done(manager) == []
-    for client in (db, shop, manager):
+    for client in list(sim.clients.values()):
         sim.detach(client)
     sim.run()
     assert sim.tables_empty()

@@ -29,10 +29,7 @@ def register(commands: Any) -> None:
     m.add_argument("--subs", type=int, help="subscriptions (default: 200,000 / 1,000,000 / 10,000)")
     m.add_argument("--pubs", type=int, help="publications timed (default: 2,000 / 500 / 100,000)")
     m.add_argument("--seed", type=int, default=1)
-    m.add_argument(
-        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
-    )
-    m.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    _data_and_json(m)
     m.set_defaults(run=run_match)
     o = benches.add_parser("overlay", help="simulated random cyclic overlay, checked by an oracle")
     o.add_argument("--brokers", type=int, default=1000)
@@ -48,28 +45,19 @@ def register(commands: Any) -> None:
     n.add_argument("--pubs", type=int, default=50_000, help="publications for the throughput run")
     n.add_argument("--rate", type=float, default=5_000, help="publications per second, latency run")
     n.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
-    n.add_argument(
-        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
-    )
-    n.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    _data_and_json(n)
     n.set_defaults(run=run_network)
     h = benches.add_parser("history", help="historic store: ingest rate and a 1% query")
     h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
-    h.add_argument(
-        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
-    )
-    h.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    _data_and_json(h)
     h.set_defaults(run=run_history)
     r = benches.add_parser(
         "replay", help="historic path: a database node's ingest and a 1% replay via a broker"
     )
     r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     r.add_argument("--rate", type=float, default=20_000, help="publishing rate cap, per second")
-    r.add_argument(
-        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
-    )
-    r.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    _data_and_json(r)
     r.set_defaults(run=run_replay)
 
 
@@ -119,3 +107,10 @@ def run_replay(args: argparse.Namespace) -> int:
     result = replay_bench.run(args.count, args.rate, args.data)
     print(orjson.dumps(result).decode() if args.json else replay_bench.report(result))
     return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def _data_and_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")

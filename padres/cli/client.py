@@ -190,10 +190,17 @@ async def _sub(args: argparse.Namespace) -> int:
             except TimeoutError:
                 break
             except ConnectionLost:
+                if handle.replay is not None and not handle.replay.live:
+                    break  # a historic subscription ends with its replay
                 print("padres sub: the broker closed the connection", file=sys.stderr)
                 return 1
             print(_format(delivery, args.json), flush=True)
             received += 1
+        done = handle.replay
+        if done is not None:
+            failed = f"; did not finish: {', '.join(done.failed)}" if done.failed else ""
+            answered = ", ".join(done.databases) or "no database"
+            print(f"replayed {done.count} from {answered}{failed}", file=sys.stderr)
     except RequestFailed as exc:
         raise CommandError(str(exc)) from None
     finally:
