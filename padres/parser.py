@@ -170,6 +170,8 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.now = _now()
+        """What ``now`` means in this text: one instant for all of its time predicates."""
 
     # -- token helpers -------------------------------------------------------------------------
 
@@ -281,7 +283,7 @@ class _Parser:
         raw = self.text[first.pos : end.pos].strip()
         if first.kind == "string" and raw == first.text:
             raw = _unescape(raw[1:-1], self.text, first.pos)
-        at = self.build(first, lambda: parse_time(raw))
+        at = self.build(first, lambda: parse_time(raw, self.now))
         return _TimeBound(start, op, at)
 
     def variable(self, tok: _Token) -> Variable:

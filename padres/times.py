@@ -21,26 +21,33 @@ _RELATIVE: Final = re.compile(r"now(?:\s*([+-])\s*(\d+(?:\.\d+)?)\s*([smhdw]))?"
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _TICK: Final = timedelta(microseconds=1)
 TIME_OPERATORS: Final = (Op.GT, Op.GE, Op.LT, Op.LE)
+_YEARS: Final = (1900, 9000)
 
 
 def parse_time(text: str, now: datetime | None = None) -> datetime:
     """An aware datetime for ``text`` (see the module docstring); ``InvalidMessage`` if bad."""
     text = text.strip()
     relative = _RELATIVE.fullmatch(text)
-    if relative:
-        at = now or datetime.now(UTC)
-        sign, amount, unit = relative.groups()
-        if sign is None:
-            return at
-        delta = timedelta(seconds=float(amount) * _UNITS[unit])
-        return at + delta if sign == "+" else at - delta
     try:
-        parsed = datetime.fromisoformat(text)
+        if relative:
+            at = now or datetime.now(UTC)
+            sign, amount, unit = relative.groups()
+            if sign is not None:
+                delta = timedelta(seconds=float(amount) * _UNITS[unit])
+                at = at + delta if sign == "+" else at - delta
+        else:
+            at = datetime.fromisoformat(text)
+            at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+        at = at.astimezone(UTC)
     except ValueError:
         raise InvalidMessage(
             f"not a time: {text!r} (use '2026-11-01T08:00', now, now-1h, now+30m)"
         ) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        at = datetime.min.replace(tzinfo=UTC)  # reported as out of range below
+    if not _YEARS[0] <= at.year <= _YEARS[1]:
+        raise InvalidMessage(f"time {text!r} is out of range (years {_YEARS[0]} to {_YEARS[1]})")
+    return at
 
 
 def format_time(at: datetime) -> str:

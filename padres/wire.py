@@ -21,7 +21,7 @@ Decoding checks everything and raises ``DecodeError`` naming the offending field
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
@@ -180,9 +180,10 @@ def _decode_filter(items: Any, path: str) -> Filter:
         raise DecodeError("a filter is a list of predicates", path=path)
     preds: list[Predicate] = []
     window: TimeWindow | None = None
+    now = datetime.now(UTC)
     for i, item in enumerate(items):
         if type(item) is list and len(item) == 3 and item[0] == TIME:
-            window = _decode_time_bound(window, item, f"{path}[{i}]")
+            window = _decode_time_bound(window, item, now, f"{path}[{i}]")
         else:
             preds.append(_decode_predicate(item, f"{path}[{i}]"))
     try:
@@ -191,12 +192,14 @@ def _decode_filter(items: Any, path: str) -> Filter:
         raise DecodeError(str(exc), path=path) from None
 
 
-def _decode_time_bound(window: TimeWindow | None, item: list[Any], path: str) -> TimeWindow:
+def _decode_time_bound(
+    window: TimeWindow | None, item: list[Any], now: datetime, path: str
+) -> TimeWindow:
     _, op_text, at = item
     if type(at) is not str:
         raise DecodeError("a time is a string: an ISO 8601 time or now-1h", path=f"{path}[2]")
     try:
-        return narrow(window, Op(op_text), parse_time(at))
+        return narrow(window, Op(op_text), parse_time(at, now))
     except ValueError as exc:  # an unknown operator, or InvalidMessage
         raise DecodeError(str(exc), path=path) from None
 

@@ -34,6 +34,13 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between pings on every link"
     )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=0.5,
+        help="seconds a database waits past a historic query's end before it answers, so that "
+        "publications on their way are stored first (default 0.5)",
+    )
     p.add_argument("--quiet", action="store_true", help="log warnings only")
     p.set_defaults(run=run)
 
@@ -45,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         covering=Covering(args.covering),
         conformity=not args.no_conformity,
         epoch=os.urandom(3).hex(),
+        settle=args.settle,
     )
     node = BrokerNode(broker, neighbors=args.neighbor, heartbeat=args.heartbeat)
 
