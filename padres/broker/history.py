@@ -148,23 +148,20 @@ class History:
             window = flt.window
             past = window is not None and (window.start is None or window.start < at)
             live = window is None or window.end is None or window.end > at
-            databases: dict[str, str] = {}
+            databases: set[str] = set()
             if past:
+                assert window is not None
                 watch.has_past = True
-                end = (
-                    now
-                    if window is None or window.end is None
-                    else min(now, window.end.timestamp())
-                )
+                end = now if window.end is None else min(now, window.end.timestamp())
                 for tid in sorted(self.archives.overlapping(flt)):
                     tree = self.archives.get(tid)
-                    if tree is not None and tree.replay not in databases:
-                        databases[tree.replay] = tid
-                for db, tid in databases.items():
-                    tree = self.archives.get(tid)
-                    assert tree is not None
-                    self._passages[pid, db] = _Passage("", tree.parent)
-                    request = ReplayRequest(Subscription(pid, flt), tid, db, end + self.settle)
+                    if tree is None or tree.replay in databases:
+                        continue  # one request per database, up its first overlapping offer
+                    databases.add(tree.replay)
+                    self._passages[pid, tree.replay] = _Passage("", tree.parent)
+                    request = ReplayRequest(
+                        Subscription(pid, flt), tid, tree.replay, end + self.settle
+                    )
                     out.append((tree.parent, request))
             watch.feeds[pid] = Feed(window, databases, live=live, started=at)
             self.parts[pid] = gid
