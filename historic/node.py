@@ -6,16 +6,30 @@ It is controlled by publications of class ``DB_CONTROL`` addressed to it::
 
 (the spec is a filter in PADRES syntax, as a string). Commands:
 
-- ``STORE`` with ``spec``: subscribe to the spec and store every publication matching it from
-  then on (a publication matching several specs is stored once), and offer to replay it.
+- ``STORE`` with ``spec``: subscribe durably to the spec and store every publication matching
+  it from then on (a publication matching several specs is stored once), and offer to replay it.
 - ``STOP`` with ``spec`` (the same text): stop storing it and withdraw the offer; what is
   stored stays and is still replayed for the other specs it matches.
 - ``LIST``: report what it stores.
 
 Every command is answered with a ``DB_STATUS`` publication: ``[db, <id>]``, ``[request, ...]``
-(the command's), ``[ok, true|false]``, ``[detail, <text>]`` and ``[specs, <specs, one per
-line>]``. Writes are batched: publications are flushed to the store every ``flush_every``
-seconds or ``batch`` publications, whichever comes first.
+(the command's), ``[ok, true|false]``, ``[detail, <text>]``, ``[specs, <specs, one per
+line>]`` and the node's counts: ``[stored, n]``, ``[set_aside, n]``, ``[failed, n]``,
+``[dropped, n]`` (see ``Counts``). The specs are kept in the store, and taken up again when the
+node starts.
+
+Writes are batched by a ``Writer``: publications are flushed to the store every ``flush_every``
+seconds or ``batch`` publications, whichever comes first, on a worker thread. A write is never
+fatal: a database that is unreachable or busy is retried with backoff, keeping the batch; a
+publication the database refuses is set aside by the store (``Store.write``).
+
+Each spec is a durable subscription at the node's broker, named after the spec: the broker
+keeps what it matches while the node is away (paused, disconnected, restarting), and sends at
+most a window of deliveries ahead of the node's acknowledgements, which the node gives only once
+a delivery is written. So nothing the broker accepted is lost, the node's memory stays bounded
+however far behind it is, and a node killed with -9 takes up its specs and gets again what it
+had not written. The node's client should be made with ``reconnect=True``: it then dials again
+when the connection is lost and resumes its subscriptions and offers.
 
 Historic queries routed to the node (``ReplayRequest``) are answered once the node's clock has
 passed the request's ``ready_at`` and what was pending is written: one query, its results
@@ -26,20 +40,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
-from historic.store import Store, StoreError
-from padres.client import Client, Delivery
+from historic.store import Store, StoreError, Written
+from padres.client import Client, ConnectionLost, Delivery, RequestFailed
 from padres.errors import ParseError
 from padres.messages import Publication
 from padres.parser import parse_filter
 from padres.printer import format_filter
 from padres.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
 
-__all__ = ["CONTROL", "STATUS", "DatabaseNode"]
+__all__ = ["CONTROL", "STATUS", "Counts", "DatabaseNode", "Writer"]
 
 log = logging.getLogger("padres.db")
 
@@ -47,6 +65,135 @@ CONTROL: Final = "DB_CONTROL"
 STATUS: Final = "DB_STATUS"
 MAX_WAIT: Final = 10.0
 """A request's ``ready_at`` further ahead than this (a skewed clock) is not waited for."""
+BACKOFF_FIRST: Final = 0.1
+BACKOFF_MAX: Final = 5.0
+
+
+@dataclass(slots=True)
+class Counts:
+    """What became of the publications a node received.
+
+    ``stored``: written (each publication once); ``set_aside``: refused by the database and
+    kept in its ``rejected`` table with the reason; ``dropped``: lost, with a log line (the
+    database refused even to set one aside); ``failed``: writes that failed and were tried
+    again (the database was unreachable or busy).
+    """
+
+    stored: int = 0
+    set_aside: int = 0
+    dropped: int = 0
+    failed: int = 0
+
+    def add(self, written: Written) -> None:
+        self.stored += written.stored
+        self.set_aside += written.set_aside
+        self.dropped += written.dropped
+
+
+Done = Callable[[], None]
+"""Called once a publication is written: the node acknowledges its delivery."""
+
+
+class Writer:
+    """Writes publications to a store in batches, off the event loop (see the module docstring).
+
+    ``put`` is called on the event loop for each publication, with what to call once it is
+    written; ``run`` writes in the background until cancelled; ``flush`` writes what is
+    waiting now; ``close`` writes the rest, once.
+    """
+
+    def __init__(
+        self, store: Store, name: str, *, batch: int = 500, flush_every: float = 0.1
+    ) -> None:
+        self.store = store
+        self.name = name
+        self.batch = batch
+        self.flush_every = flush_every
+        self.counts = Counts()
+        self._pending: deque[tuple[Publication, Done | None]] = deque()
+        self._writing: list[tuple[Publication, Done | None]] = []
+        """The batch taken from ``_pending`` and not yet written: kept until the store has it."""
+        self._full = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    @property
+    def waiting(self) -> int:
+        """Publications received and not yet written."""
+        return len(self._pending) + len(self._writing)
+
+    def put(self, pub: Publication, done: Done | None = None) -> None:
+        self._pending.append((pub, done))
+        if len(self._pending) >= self.batch:
+            self._full.set()
+
+    async def run(self) -> None:
+        """Write every ``flush_every`` s, or sooner when a batch is full, until cancelled."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._full.wait(), self.flush_every)
+            self._full.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is waiting now (not what arrives meanwhile), in batches, each tried
+        again until the store takes it."""
+        async with self._lock:
+            left = len(self._pending)
+            while self._writing or left:
+                if not self._writing:
+                    take = min(self.batch, left)
+                    self._writing = [self._pending.popleft() for _ in range(take)]
+                    left -= take
+                await self._write(self._writing)
+                _written(self._writing)
+                self._writing = []
+
+    async def _write(self, chunk: list[tuple[Publication, Done | None]]) -> None:
+        pubs = [pub for pub, _ in chunk]
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                self.counts.add(await asyncio.to_thread(self.store.write, pubs))
+                return
+            except Exception as exc:  # never fatal: the batch is kept and tried again
+                self.counts.failed += 1
+                log.warning(
+                    "%s: writing %d publications failed, trying again in %.1f s: %s",
+                    self.name,
+                    len(chunk),
+                    delay,
+                    exc,
+                    exc_info=not isinstance(exc, StoreError),  # a surprise: show where
+                )
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, BACKOFF_MAX)
+
+    def close(self) -> None:
+        """Write what is waiting, once, on the caller's thread (at shutdown, after ``run`` is
+        cancelled). What the database cannot take now stays unacknowledged: the broker sends
+        it again when the node comes back."""
+        rest = self._writing + list(self._pending)
+        self._writing, self._pending = [], deque()
+        for start in range(0, len(rest), self.batch):
+            chunk = rest[start : start + self.batch]
+            try:
+                self.counts.add(self.store.write([pub for pub, _ in chunk]))
+            except Exception as exc:
+                self.counts.failed += 1
+                log.warning(
+                    "%s: %d publications not written at shutdown (the broker keeps them): %s",
+                    self.name,
+                    len(rest) - start,
+                    exc,
+                )
+                return
+            _written(chunk)
+
+
+def _written(chunk: list[tuple[Publication, Done | None]]) -> None:
+    for _, done in chunk:
+        if done is not None:
+            done()
 
 
 class DatabaseNode:
@@ -65,90 +212,76 @@ class DatabaseNode:
         self.client = client
         self.store = store
         self.batch = batch
-        self.flush_every = flush_every
+        self.writer = Writer(store, db_id, batch=batch, flush_every=flush_every)
         self.specs: dict[str, str] = {}
         """Normalized spec text -> the id of its subscription (and of its replay offer)."""
-        self.stored = 0
-        self._pending: list[Publication] = []
-        self._last: Delivery | None = None
-        self._flusher: asyncio.Task[None] | None = None
-        self._full = asyncio.Event()
-        self._replies = 0
-        self._writing = asyncio.Lock()
-        self._replays: set[asyncio.Task[None]] = set()
         self.replayed = 0
+        self._replies = 0
+        self._flusher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         client.on_replay = self._on_replay
+
+    @property
+    def counts(self) -> Counts:
+        return self.writer.counts
 
     async def start(self) -> None:
         await self.client.advertise(
             f"[class,eq,'{STATUS}'],[db,eq,'{self.id}'],[request,isPresent,''],"
-            "[ok,isPresent,true],[detail,isPresent,''],[specs,isPresent,'']"
+            "[ok,isPresent,true],[detail,isPresent,''],[specs,isPresent,''],"
+            "[stored,isPresent,0],[set_aside,isPresent,0],[failed,isPresent,0],"
+            "[dropped,isPresent,0]"
         )
         await self.client.subscribe(
             f"[class,eq,'{CONTROL}'],[db,eq,'{self.id}'],[command,isPresent,'']",
             self._on_control,
-            id="control",
+            durable="control",
         )
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        self._flusher = asyncio.get_running_loop().create_task(self.writer.run())
+        for spec in await asyncio.to_thread(self.store.specs):
+            await self.store_spec(spec)
 
     async def stop(self) -> None:
-        for task in list(self._replays):
+        for task in list(self._tasks):
             task.cancel()
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        self.flush()
+        self.writer.close()
+        c = self.counts
+        log.info(
+            "%s: stored %d, set aside %d, dropped %d; %d failed writes",
+            self.id,
+            c.stored,
+            c.set_aside,
+            c.dropped,
+            c.failed,
+        )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- storing -----------------------------------------------------------------------------
 
     def _on_publication(self, delivery: Delivery) -> None:
-        if delivery is self._last or not isinstance(delivery, Notify):
-            return  # one delivery naming several specs arrives once per spec: keep one
-        self._last = delivery
-        self._pending.append(delivery.publication)
-        if len(self._pending) >= self.batch:
-            self._full.set()
-
-    def flush(self) -> None:
-        """Write what is pending now (on the caller's thread)."""
-        self._write(self._take())
-
-    def _take(self) -> list[Publication]:
-        pending, self._pending = self._pending, []
-        return pending
-
-    def _write(self, pending: list[Publication]) -> None:
-        if not pending:
-            return
-        try:
-            self.stored += self.store.add(pending)
-        except StoreError:
-            log.exception("%s: %d publications could not be stored", self.id, len(pending))
-
-    async def _flush_loop(self) -> None:
-        """Write in the background, off the event loop, every ``flush_every`` s or when full."""
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), self.flush_every)
-            self._full.clear()
-            await self._flush()
-
-    async def _flush(self) -> None:
-        async with self._writing:
-            await asyncio.to_thread(self._write, self._take())
+        """A delivery of one spec's durable subscription (a publication matching several
+        specs comes once per spec; the store keeps it once)."""
+        if isinstance(delivery, Notify):
+            name, seq = delivery.subscriptions[0], delivery.seq
+            self.writer.put(delivery.publication, lambda: self.client.ack(name, seq))
 
     # -- replay ------------------------------------------------------------------------------
 
     def _on_replay(self, request: ReplayRequest) -> None:
-        task = asyncio.get_running_loop().create_task(self._replay(request))
-        self._replays.add(task)
-        task.add_done_callback(self._replays.discard)
+        self._spawn(self._replay(request))
 
     async def _replay(self, request: ReplayRequest) -> None:
         rid, db = request.subscription.id, request.database
         await asyncio.sleep(min(max(0.0, request.ready_at - time.time()), MAX_WAIT))
-        await self._flush()  # what arrived before now is in the store before the query runs
+        await self.writer.flush()  # what arrived before now is in the store before the query
         loop = asyncio.get_running_loop()
 
         def run() -> int:
@@ -168,21 +301,30 @@ class DatabaseNode:
             return sent
 
         try:
-            count = await asyncio.to_thread(run)
-        except StoreError as exc:
-            log.warning("%s: replay %s failed: %s", self.id, rid, exc)
-            await self.client.answer([ReplayEnd(rid, db, 0, f"query failed: {exc}")])
+            try:
+                end = ReplayEnd(rid, db, await asyncio.to_thread(run))
+            except StoreError as exc:
+                log.warning("%s: replay %s failed: %s", self.id, rid, exc)
+                end = ReplayEnd(rid, db, 0, f"query failed: {exc}")
+            await self.client.answer([end])
+        except ConnectionLost as exc:  # the broker ends the request for its requester
+            log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)
             return
-        self.replayed += count
-        await self.client.answer([ReplayEnd(rid, db, count)])
+        self.replayed += end.count
 
     # -- control -----------------------------------------------------------------------------
 
     def _on_control(self, delivery: Delivery) -> None:
         if isinstance(delivery, Notify):
-            asyncio.get_running_loop().create_task(self._command(delivery.publication))
+            self._spawn(self._command(delivery.publication))
 
     async def _command(self, pub: Publication) -> None:
+        try:
+            await self._obey(pub)
+        except (ConnectionLost, RequestFailed, TimeoutError) as exc:
+            log.warning("%s: command %s failed: %s", self.id, pub.id, exc)
+
+    async def _obey(self, pub: Publication) -> None:
         attrs = pub.attributes
         command = attrs.get("command")
         request = str(attrs.get("request", pub.id))
@@ -212,9 +354,13 @@ class DatabaseNode:
 
     async def store_spec(self, spec: str) -> None:
         """Store what ``spec`` (a filter, normalized) matches from now on, and offer it."""
-        handle = await self.client.subscribe(spec, self._on_publication)
-        await self.client.offer_replay(spec, id=handle.id)
-        self.specs[spec] = handle.id
+        if spec in self.specs:
+            return
+        name = "store-" + hashlib.sha256(spec.encode()).hexdigest()[:16]
+        await self.client.subscribe(spec, self._on_publication, durable=name, auto_ack=False)
+        await self.client.offer_replay(spec, id=name)
+        self.specs[spec] = name
+        await asyncio.to_thread(self.store.keep_spec, spec, True)
 
     async def _stop(self, request: str, spec: str) -> None:
         sid = self.specs.pop(spec, None)
@@ -223,11 +369,13 @@ class DatabaseNode:
             return
         await self.client.unsubscribe(sid)
         await self.client.unadvertise(sid)
-        await self._flush()
+        await asyncio.to_thread(self.store.keep_spec, spec, False)
+        await self.writer.flush()
         await self._reply(request, True, f"stopped storing {spec}")
 
     async def _reply(self, request: str, ok: bool, detail: str) -> None:
         self._replies += 1
+        c = self.counts
         await self.client.publish(
             Publication(
                 f"{self.id}-r{self._replies}",
@@ -238,6 +386,10 @@ class DatabaseNode:
                     "ok": ok,
                     "detail": detail,
                     "specs": "\n".join(sorted(self.specs)),
+                    "stored": c.stored,
+                    "set_aside": c.set_aside,
+                    "failed": c.failed,
+                    "dropped": c.dropped,
                 },
                 datetime.now(UTC),
             )

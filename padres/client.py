@@ -10,8 +10,12 @@
             print(note.publication)
 
 Requests (advertise, subscribe, unsubscribe, ...) wait for the broker's ``ok`` and raise
-``RequestFailed`` with its reason otherwise. Publishing does not wait; a refused publication
-(one matching none of the client's advertisements, say) reaches ``on_error``. A lost
+``RequestFailed`` with its reason otherwise. ``advertise`` returns once the advertisement has
+reached every broker and the subscriptions overlapping it are back at this client's broker;
+``subscribe`` once the subscription has reached the broker of every overlapping advertisement:
+what is published afterwards finds its way (a link lost on the way is logged as a warning).
+Publishing does not wait; a refused publication (one matching none of the client's
+advertisements, say) reaches ``on_error``. A lost
 connection fails pending requests with ``ConnectionLost`` and ends every subscription's
 iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
 advertisements and subscriptions again, and the subscriptions go on (what was published while
@@ -28,6 +32,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -52,9 +57,12 @@ from padres.messages import (
 from padres.parser import parse_composite, parse_filter, parse_publication
 from padres.protocol import (
     MAX_FRAME_BYTES,
+    Ack,
     CompositeNotify,
+    Durable,
     Envelope,
     Error,
+    Guaranteed,
     Hello,
     Notify,
     Ok,
@@ -109,14 +117,40 @@ class ConnectionLost(PadresError):
 
 
 class SubscriptionHandle:
-    """A live subscription: iterate it for deliveries (unless it has a callback)."""
+    """A live subscription: iterate it for deliveries (unless it has a callback).
 
-    def __init__(self, client: Client, ident: str, callback: Callable[[Delivery], Any] | None):
+    A durable one numbers its deliveries (``Notify.seq``): a delivery is acknowledged to the
+    broker once the callback has returned or the iterator has handed it out, unless the
+    subscription was made with ``auto_ack=False``: then ``ack(seq)`` says what is done, and
+    what was not acknowledged when a connection is lost comes again after the reconnect."""
+
+    def __init__(
+        self,
+        client: Client,
+        ident: str,
+        callback: Callable[[Delivery], Any] | None,
+        *,
+        durable: bool = False,
+        auto_ack: bool = True,
+    ):
         self.id = ident
+        self.durable = durable
+        self.auto_ack = auto_ack
+        self.received = 0
+        """The last delivery number received (durable subscriptions)."""
+        self.done = 0
+        """The last delivery number processed: what the broker is told with ``Ack``."""
+        self.acked = 0
+        """The last delivery number the broker has been told of."""
         self._client = client
         self._callback = callback
         self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
+
+    def ack(self, seq: int) -> None:
+        """Deliveries up to ``seq`` are processed: the broker may forget them (sent shortly)."""
+        self.done = max(self.done, min(seq, self.received))
+        self._client._ack_soon()
 
     @property
     def replay(self) -> ReplayDone | None:
@@ -128,14 +162,32 @@ class SubscriptionHandle:
         made, which databases answered and which did not finish."""
         return await asyncio.wait_for(asyncio.shield(self._replayed), timeout)
 
+    def resume(self) -> int:
+        """Before a durable subscription is made again after a reconnect: what was received
+        and not processed is forgotten (the broker sends it again); returns what was."""
+        kept = [item for item in _drain(self._queue) if not _after(item, self.done)]
+        for item in kept:
+            self._queue.put_nowait(item)
+        self.received = self.done
+        return self.done
+
     def _deliver(self, delivery: Delivery | None) -> None:
+        if isinstance(delivery, Notify) and delivery.seq:
+            if delivery.seq <= self.received:
+                return  # sent again after a reconnect: it was received already
+            self.received = delivery.seq
         if self._callback is not None and delivery is not None:
             try:
                 self._callback(delivery)
             except Exception:
                 log.exception("subscription %s: callback failed", self.id)
+            self._handed_out(delivery)
         else:
             self._queue.put_nowait(delivery)
+
+    def _handed_out(self, delivery: Delivery) -> None:
+        if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
+            self.ack(delivery.seq)
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
         return self._iterate()
@@ -145,6 +197,7 @@ class SubscriptionHandle:
             item = await self._queue.get()
             if item is None:
                 return
+            self._handed_out(item)
             yield item
 
     async def get(self, timeout: float | None = None) -> Delivery:
@@ -153,6 +206,7 @@ class SubscriptionHandle:
         if item is None:
             self._queue.put_nowait(None)
             raise ConnectionLost("the subscription ended")
+        self._handed_out(item)
         return item
 
     async def cancel(self) -> None:
@@ -175,10 +229,14 @@ class Client:
         timeout: float = 10.0,
         reconnect: bool = False,
         on_replay: Callable[[ReplayRequest], Any] | None = None,
+        max_unacked: int = 10_000,
     ) -> None:
         """``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
-        5 s) and re-make every advertisement and subscription; subscriptions go on.
-        ``on_replay``: for a database, called with each historic query routed to it."""
+        5 s) and re-make every advertisement and subscription; subscriptions go on, durable
+        ones from where they were, and guaranteed publications not yet acknowledged are sent
+        again. ``on_replay``: for a database, called with each historic query routed to it.
+        ``max_unacked``: guaranteed publications waiting for the broker's acknowledgement at
+        most; publishing more waits."""
         self.url = websocket_url(url)
         self.name = name
         self.timeout = timeout
@@ -197,6 +255,14 @@ class Client:
         """What to make again after reconnecting: ("a" or "s", id) -> the request."""
         self._recovery: asyncio.Task[None] | None = None
         self.on_replay = on_replay
+        self.max_unacked = max_unacked
+        self._instance = os.urandom(4).hex()
+        """Makes the ids of guaranteed publications differ from those of an earlier run."""
+        self._unacked: dict[str, Publication] = {}
+        """Guaranteed publications sent and not yet acknowledged, in the order sent."""
+        self._room = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._acking = False
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
@@ -236,8 +302,13 @@ class Client:
             try:
                 await self._open()
                 for message in list(self._made.values()):
+                    if isinstance(message, Durable):
+                        done = self._subs[message.subscription.id].resume()
+                        message = Durable(message.subscription, done)
                     await self._request(_ref(message), message, recovering=True)
                 self.state = ClientState.OPEN
+                if self._unacked:  # all of them: some may have been made while reconnecting
+                    await self._send([Guaranteed(p) for p in self._unacked.values()])
                 log.info("%s: reconnected to %s", self.name, self.url)
                 return
             except (ConnectionLost, RequestFailed, TimeoutError, ConnectionClosed) as exc:
@@ -304,9 +375,26 @@ class Client:
         flt: str | Filter,
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
+        *,
+        durable: str | None = None,
+        auto_ack: bool = True,
     ) -> SubscriptionHandle:
-        ident = id or self._id("s")
-        return await self._subscribe(Subscription(ident, _filter(flt)), callback)
+        """Subscribe; ``durable``: a durable subscription of that name, kept by the broker
+        while this client is away and resumed when a client of the same name makes it again
+        (see ``SubscriptionHandle`` for its acknowledgements)."""
+        if durable is None:
+            ident = id or self._id("s")
+            return await self._subscribe(Subscription(ident, _filter(flt)), callback)
+        handle = SubscriptionHandle(self, durable, callback, durable=True, auto_ack=auto_ack)
+        self._subs[durable] = handle
+        message = Durable(Subscription(durable, _filter(flt)))
+        try:
+            await self._request(durable, message)
+        except BaseException:
+            self._subs.pop(durable, None)
+            raise
+        self._made["s", durable] = message
+        return handle
 
     async def subscribe_composite(
         self,
@@ -332,6 +420,13 @@ class Client:
         self._made["s", sub.id] = sub
         return handle
 
+    def ack(self, subscription: str, seq: int) -> None:
+        """Deliveries of durable subscription ``subscription`` up to ``seq`` are processed (for
+        one made with ``auto_ack=False``); the broker is told shortly."""
+        handle = self._subs.get(subscription)
+        if handle is not None:
+            handle.ack(seq)
+
     async def unsubscribe(self, ident: str) -> None:
         await self._request(ident, Unsubscribe(ident))
         self._made.pop(("s", ident), None)
@@ -340,21 +435,85 @@ class Client:
             handle._deliver(None)
 
     async def publish(
-        self, publication: str | Publication | dict[str, Any], id: str | None = None
+        self,
+        publication: str | Publication | dict[str, Any],
+        id: str | None = None,
+        *,
+        guaranteed: bool = False,
     ) -> str:
-        """Send a publication (PADRES text, a ``Publication`` or an attribute dict)."""
+        """Send a publication (PADRES text, a ``Publication`` or an attribute dict).
+
+        ``guaranteed``: delivered exactly once, in this client's order, to every matching
+        durable subscription, surviving broker crashes. The broker acknowledges it once it is
+        on disk; until then it is kept here and sent again after a reconnect (``flush`` waits
+        for the acknowledgements). Its id must not be reused by this publisher: the ids made
+        here carry a token of this client's run."""
+        if id is None:
+            id = self._id("p") + (f".{self._instance}" if guaranteed else "")
         if isinstance(publication, Publication):
             pub = publication
         elif isinstance(publication, str):
-            pub = parse_publication(publication, id=id or self._id("p"), timestamp=_now())
+            pub = parse_publication(publication, id=id, timestamp=_now())
         else:
-            pub = Publication(id or self._id("p"), publication, _now(), "")
-        await self._send([pub])
+            pub = Publication(id, publication, _now(), "")
+        await self.publish_many([pub], guaranteed=guaranteed)
         return pub.id
 
-    async def publish_many(self, publications: list[Publication]) -> None:
+    async def publish_many(
+        self, publications: list[Publication], *, guaranteed: bool = False
+    ) -> None:
         """Send many publications in one frame."""
-        await self._send(publications)
+        if not guaranteed:
+            await self._send(publications)
+            return
+        while len(self._unacked) >= self.max_unacked:
+            self._room.clear()
+            await self._room.wait()
+        for pub in publications:
+            self._unacked[pub.id] = pub
+        self._idle.clear()
+        if self.state is ClientState.CONNECTING and self.reconnect:
+            return  # sent once the connection is back
+        try:
+            await self._send([Guaranteed(p) for p in publications])
+        except ConnectionLost:
+            if not self.reconnect:
+                raise  # else kept, and sent again once the connection is back
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every guaranteed publication sent has been acknowledged by the broker."""
+        if self._unacked:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    def _acknowledged(self, ref: str) -> bool:
+        """A guaranteed publication is on the broker's disk (or refused)."""
+        if self._unacked.pop(ref, None) is None:
+            return False
+        if len(self._unacked) < self.max_unacked:
+            self._room.set()
+        if not self._unacked:
+            self._idle.set()
+        return True
+
+    def _ack_soon(self) -> None:
+        """Tell the broker, shortly and in one frame, what durable deliveries are processed."""
+        if not self._acking:
+            self._acking = True
+            asyncio.get_running_loop().call_later(0.02, self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._acking = False
+        if self.state is ClientState.CONNECTING:
+            self._ack_soon()  # once the connection is back (resuming tells the broker too)
+            return
+        acks = []
+        for handle in self._subs.values():
+            if handle.durable and handle.done > handle.acked:
+                handle.acked = handle.done
+                acks.append(Ack(handle.id, handle.done))
+        if acks and self.state is ClientState.OPEN:
+            task = asyncio.get_running_loop().create_task(self._send(acks))
+            task.add_done_callback(_quiet)
 
     async def query(self, what: str) -> tuple[str, ...]:
         """The broker's routing table rows: 'subscriptions' or 'advertisements'."""
@@ -383,9 +542,13 @@ class Client:
         self._pending[ref] = future
         try:
             await self._send([message], recovering)
-            return await asyncio.wait_for(future, self.timeout)
+            reply = await asyncio.wait_for(future, self.timeout)
         finally:
             self._pending.pop(ref, None)
+        if isinstance(reply, Ok) and reply.incomplete:
+            why = "; ".join(reply.incomplete)
+            log.warning("%s: the routing of %s settled only in part: %s", self.name, ref, why)
+        return reply
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -429,13 +592,17 @@ class Client:
                 if self.on_replay is not None:
                     self.on_replay(item)
             case Ok():
-                self._resolve(item.ref, item)
+                if not self._acknowledged(item.ref):
+                    self._resolve(item.ref, item)
             case QueryResult():
                 self._resolve(f"?{item.what}", item)
             case Welcome():
                 if self._welcome is not None and not self._welcome.done():
                     self._welcome.set_result(item)
             case Error():
+                if self._acknowledged(item.ref):
+                    self.on_error(item)
+                    return
                 future = self._pending.get(item.ref)
                 if future is not None and not future.done():
                     future.set_exception(RequestFailed(item.text, item.ref))
@@ -465,9 +632,28 @@ class Client:
             future.set_result(value)
 
 
+def _drain(queue: asyncio.Queue[Delivery | None]) -> list[Delivery | None]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+def _after(item: Delivery | None, seq: int) -> bool:
+    return isinstance(item, Notify) and item.seq > seq
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    """An acknowledgement that could not be sent is sent again after the reconnect."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("acknowledgement not sent: %s", task.exception())
+
+
 def _ref(message: Envelope) -> str:
     if isinstance(message, ReplayOffer):
         return message.advertisement.id
+    if isinstance(message, Durable):
+        return message.subscription.id
     return (
         message.id
         if isinstance(message, (Advertisement, Subscription, CompositeSubscription))
@@ -510,8 +696,13 @@ class BlockingClient:
         flt: str | Filter,
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
+        *,
+        durable: str | None = None,
+        auto_ack: bool = True,
     ) -> SubscriptionHandle:
-        return self._call(self._client.subscribe(flt, callback, id))
+        return self._call(
+            self._client.subscribe(flt, callback, id, durable=durable, auto_ack=auto_ack)
+        )
 
     def subscribe_composite(
         self,
@@ -525,9 +716,16 @@ class BlockingClient:
         self._call(self._client.unsubscribe(ident))
 
     def publish(
-        self, publication: str | Publication | dict[str, Any], id: str | None = None
+        self,
+        publication: str | Publication | dict[str, Any],
+        id: str | None = None,
+        *,
+        guaranteed: bool = False,
     ) -> str:
-        return self._call(self._client.publish(publication, id))
+        return self._call(self._client.publish(publication, id, guaranteed=guaranteed))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._call(self._client.flush(timeout))
 
     def query(self, what: str) -> tuple[str, ...]:
         return self._call(self._client.query(what))

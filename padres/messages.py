@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final, TypeAlias
@@ -360,6 +360,14 @@ class Publication:
             check_id(self.publisher, "publisher id")
         if self.timestamp.tzinfo is None:
             raise InvalidMessage("publication timestamp must carry a time zone")
+        if self.timestamp.year in (1, 9999):  # only there can the shift to UTC overflow
+            try:
+                self.timestamp.astimezone(UTC)
+            except OverflowError:
+                raise InvalidMessage(
+                    f"publication timestamp {self.timestamp.isoformat()} is out of range: "
+                    "in UTC it falls outside the years 1 to 9999"
+                ) from None
         attrs = dict(self.attributes)
         if TIME in attrs:
             raise InvalidMessage(

@@ -29,14 +29,20 @@ from rete.operators import Value
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "Ack",
     "CompositeNotify",
+    "Durable",
+    "Echo",
     "Envelope",
     "Error",
+    "Guaranteed",
     "Hello",
     "Notify",
     "Ok",
     "Query",
     "QueryResult",
+    "Recover",
+    "Recovered",
     "Rejected",
     "ReplayBatch",
     "ReplayDone",
@@ -89,9 +95,13 @@ class Welcome:
 
 @dataclass(frozen=True, slots=True)
 class Ok:
-    """A request (subscribe, advertise, ...) identified by ``ref`` was accepted."""
+    """A request (subscribe, advertise, ...) identified by ``ref`` was accepted.
+
+    An advertisement or subscription is acknowledged once its routing has settled across the
+    overlay; ``incomplete`` says why it could not settle everywhere (a link lost on the way)."""
 
     ref: str
+    incomplete: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +114,42 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class Notify:
-    """A publication delivered to a client, with the ids of its subscriptions it matched."""
+    """A publication delivered to a client, with the ids of its subscriptions it matched.
+
+    ``seq`` numbers the deliveries of a durable subscription (its only subscription then),
+    from 1; the client acknowledges them with ``Ack``. It is 0 for other deliveries."""
 
     publication: Publication
     subscriptions: tuple[str, ...]
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Guaranteed:
+    """A publication to be delivered exactly once, in order, to every matching durable
+    subscription. The broker answers ``Ok(publication.id)`` once it is on disk."""
+
+    publication: Publication
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """Make, or resume, the durable subscription ``subscription`` (its id is its name).
+
+    The broker keeps it and what it matches while the client is away; ``acked``: the client
+    has everything up to that delivery number, the broker resends what follows."""
+
+    subscription: Subscription
+    acked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The client has processed the deliveries of durable subscription ``subscription`` up to
+    ``seq``: the broker may forget them."""
+
+    subscription: str
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +193,8 @@ class RouteAdvertise:
     tree: str
     path: tuple[str, ...]
     replay: str = ""
+    echo: str = ""
+    """The token the receiver echoes back once the advertisement has settled beyond it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +270,8 @@ class RouteSubscribe:
 
     subscription: Subscription
     trees: tuple[str, ...]
+    echo: str = ""
+    """The token the receiver echoes back once the subscription has settled beyond it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,11 +281,53 @@ class RouteUnsubscribe:
 
 
 @dataclass(frozen=True, slots=True)
+class Echo:
+    """The answer to a routing message carrying ``echo``: what it set off has settled beyond
+    the receiver; ``incomplete`` names links lost before it could."""
+
+    token: str
+    incomplete: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RoutePublish:
     """A publication travelling down ``tree``, the tree of an advertisement it conforms to."""
 
     publication: Publication
     tree: str
+    position: int = 0
+    """For a guaranteed publication: its position in the journal of the tree's root broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recover:
+    """A durable subscription's broker asks the root of ``tree`` for the guaranteed
+    publications matching ``subscription`` after journal position ``after``, accepted at
+    ``since`` (Unix seconds) or later."""
+
+    request: str
+    subscription: Subscription
+    tree: str
+    after: int
+    limit: int = 1000
+    since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """The answer to ``Recover``, on its way back: publications with their positions.
+
+    ``head`` is the journal's last position when it answered; ``more``: ask again after the
+    last one; ``lost``: publications after ``after`` were already gone from the journal."""
+
+    request: str
+    tree: str
+    publications: tuple[Publication, ...]
+    positions: tuple[int, ...]
+    head: int
+    more: bool = False
+    lost: bool = False
+    error: str = ""
 
 
 Envelope: TypeAlias = (
@@ -257,6 +345,12 @@ Envelope: TypeAlias = (
     | RouteSubscribe
     | RouteUnsubscribe
     | RoutePublish
+    | Echo
+    | Guaranteed
+    | Durable
+    | Ack
+    | Recover
+    | Recovered
     | ReplayOffer
     | ReplayRequest
     | ReplayBatch
@@ -274,6 +368,8 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
             body = {"broker": message.broker, "session": message.session}
         case Ok():
             body = {"ref": message.ref}
+            if message.incomplete:
+                body["incomplete"] = list(message.incomplete)
         case Error():
             body = {"text": message.text, "ref": message.ref}
         case Notify():
@@ -281,6 +377,8 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
                 "publication": to_dict(message.publication),
                 "subscriptions": list(message.subscriptions),
             }
+            if message.seq:
+                body["seq"] = message.seq
         case CompositeNotify():
             body = {
                 "subscription": message.subscription,
@@ -297,6 +395,7 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
                 "tree": message.tree,
                 "path": list(message.path),
                 "replay": message.replay,
+                "echo": message.echo,
             }
         case RouteUnadvertise():
             body = {
@@ -305,11 +404,45 @@ def envelope_to_dict(message: Envelope) -> dict[str, Any]:
                 "lost": message.lost,
             }
         case RouteSubscribe():
-            body = {"subscription": to_dict(message.subscription), "trees": list(message.trees)}
+            body = {
+                "subscription": to_dict(message.subscription),
+                "trees": list(message.trees),
+                "echo": message.echo,
+            }
         case RouteUnsubscribe():
             body = {"subscription_id": message.subscription_id, "trees": list(message.trees)}
         case RoutePublish():
             body = {"publication": to_dict(message.publication), "tree": message.tree}
+            if message.position:
+                body["position"] = message.position
+        case Guaranteed():
+            body = {"publication": to_dict(message.publication)}
+        case Durable():
+            body = {"subscription": to_dict(message.subscription), "acked": message.acked}
+        case Ack():
+            body = {"subscription": message.subscription, "seq": message.seq}
+        case Recover():
+            body = {
+                "request": message.request,
+                "subscription": to_dict(message.subscription),
+                "tree": message.tree,
+                "after": message.after,
+                "limit": message.limit,
+                "since": message.since,
+            }
+        case Recovered():
+            body = {
+                "request": message.request,
+                "tree": message.tree,
+                "publications": [to_dict(p) for p in message.publications],
+                "positions": list(message.positions),
+                "head": message.head,
+                "more": message.more,
+                "lost": message.lost,
+                "error": message.error,
+            }
+        case Echo():
+            body = {"token": message.token, "incomplete": list(message.incomplete)}
         case ReplayOffer():
             body = {"advertisement": to_dict(message.advertisement)}
         case ReplayRequest():
@@ -411,11 +544,49 @@ _BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]
         ("broker", "session"),
         lambda f: Welcome(f.get("broker", str), f.get("session", str)),
     ),
-    "ok": (("ref",), lambda f: Ok(f.get("ref", str))),
+    "ok": (
+        ("ref", "incomplete"),
+        lambda f: Ok(f.get("ref", str), f.strings("incomplete") if "incomplete" in f.obj else ()),
+    ),
     "error": (("text", "ref"), lambda f: Error(f.get("text", str), f.get("ref", str, ""))),
     "notify": (
-        ("publication", "subscriptions"),
-        lambda f: Notify(f.message("publication", Publication), f.strings("subscriptions")),
+        ("publication", "subscriptions", "seq"),
+        lambda f: Notify(
+            f.message("publication", Publication), f.strings("subscriptions"), f.get("seq", int, 0)
+        ),
+    ),
+    "guaranteed": (
+        ("publication",),
+        lambda f: Guaranteed(f.message("publication", Publication)),
+    ),
+    "durable": (
+        ("subscription", "acked"),
+        lambda f: Durable(f.message("subscription", Subscription), f.get("acked", int, 0)),
+    ),
+    "ack": (("subscription", "seq"), lambda f: Ack(f.get("subscription", str), f.get("seq", int))),
+    "recover": (
+        ("request", "subscription", "tree", "after", "limit", "since"),
+        lambda f: Recover(
+            f.get("request", str),
+            f.message("subscription", Subscription),
+            f.get("tree", str),
+            f.get("after", int),
+            f.get("limit", int, 1000),
+            float(f.number("since")) if "since" in f.obj else 0.0,
+        ),
+    ),
+    "recovered": (
+        ("request", "tree", "publications", "positions", "head", "more", "lost", "error"),
+        lambda f: Recovered(
+            f.get("request", str),
+            f.get("tree", str),
+            tuple(_publications(f)),
+            _ints(f, "positions"),
+            f.get("head", int),
+            f.get("more", bool, False),
+            f.get("lost", bool, False),
+            f.get("error", str, ""),
+        ),
     ),
     "composite_notify": (
         ("subscription", "publications", "bindings"),
@@ -431,12 +602,13 @@ _BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]
         lambda f: QueryResult(f.get("what", str), f.strings("rows")),
     ),
     "route_advertise": (
-        ("advertisement", "tree", "path", "replay"),
+        ("advertisement", "tree", "path", "replay", "echo"),
         lambda f: RouteAdvertise(
             f.message("advertisement", Advertisement),
             f.get("tree", str),
             f.strings("path"),
             f.get("replay", str, ""),
+            f.get("echo", str, ""),
         ),
     ),
     "route_unadvertise": (
@@ -446,16 +618,26 @@ _BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]
         ),
     ),
     "route_subscribe": (
-        ("subscription", "trees"),
-        lambda f: RouteSubscribe(f.message("subscription", Subscription), f.strings("trees")),
+        ("subscription", "trees", "echo"),
+        lambda f: RouteSubscribe(
+            f.message("subscription", Subscription), f.strings("trees"), f.get("echo", str, "")
+        ),
     ),
     "route_unsubscribe": (
         ("subscription_id", "trees"),
         lambda f: RouteUnsubscribe(f.get("subscription_id", str), f.strings("trees")),
     ),
     "route_publish": (
-        ("publication", "tree"),
-        lambda f: RoutePublish(f.message("publication", Publication), f.get("tree", str)),
+        ("publication", "tree", "position"),
+        lambda f: RoutePublish(
+            f.message("publication", Publication), f.get("tree", str), f.get("position", int, 0)
+        ),
+    ),
+    "echo": (
+        ("token", "incomplete"),
+        lambda f: Echo(
+            f.get("token", str), f.strings("incomplete") if "incomplete" in f.obj else ()
+        ),
     ),
     "replay_offer": (
         ("advertisement",),
@@ -511,12 +693,26 @@ _TYPES: Final[dict[type, str]] = {
     RouteSubscribe: "route_subscribe",
     RouteUnsubscribe: "route_unsubscribe",
     RoutePublish: "route_publish",
+    Echo: "echo",
+    Guaranteed: "guaranteed",
+    Durable: "durable",
+    Ack: "ack",
+    Recover: "recover",
+    Recovered: "recovered",
     ReplayOffer: "replay_offer",
     ReplayRequest: "replay_request",
     ReplayBatch: "replay_batch",
     ReplayEnd: "replay_end",
     ReplayDone: "replay_done",
 }
+
+
+def _ints(f: _Fields, key: str) -> tuple[int, ...]:
+    items = f.get(key, list)
+    for i, item in enumerate(items):
+        if type(item) is not int:
+            raise DecodeError("must be an integer", path=f"$.{key}[{i}]")
+    return tuple(items)
 
 
 def _publications(f: _Fields) -> list[Publication]:
@@ -526,12 +722,13 @@ def _publications(f: _Fields) -> list[Publication]:
 
 def envelope_from_dict(obj: Any) -> Envelope:
     """The message a decoded JSON object describes; raises ``DecodeError``."""
-    if type(obj) is dict and obj.get("type") in _BUILDERS:
+    kind = obj.get("type") if type(obj) is dict else None
+    if type(kind) is str and kind in _BUILDERS:
         if obj.get("v") != VERSION or type(obj.get("v")) is not int:
             raise DecodeError(
                 f"unsupported version {obj.get('v')!r} (this side speaks {VERSION})", path="$.v"
             )
-        allowed, build = _BUILDERS[obj["type"]]
+        allowed, build = _BUILDERS[kind]
         try:
             return build(_Fields(obj, allowed))
         except DecodeError:

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from padres.broker import Broker, Covering
+from padres.journal import Journal
 from padres.messages import Publication
 from padres.protocol import (
     CompositeNotify,
@@ -41,6 +42,8 @@ class SimClient:
     composites: list[CompositeNotify] = field(default_factory=list)
     errors: list[Error] = field(default_factory=list)
     acks: list[str] = field(default_factory=list)
+    incomplete: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Acknowledged requests whose routing could not settle everywhere, and why."""
     other: list[Envelope] = field(default_factory=list)
     connected: bool = True
 
@@ -54,6 +57,8 @@ class SimClient:
                 self.errors.append(message)
             case Ok():
                 self.acks.append(message.ref)
+                if message.incomplete:
+                    self.incomplete[message.ref] = message.incomplete
             case Welcome() | QueryResult():
                 self.other.append(message)
             case _:
@@ -86,16 +91,48 @@ class Simulation:
         self._queues: dict[tuple[str, str], deque[Envelope]] = {}
         self._ready: list[tuple[str, str]] = []
         self._clock = clock
+        self.journals: dict[str, Journal] = {}
+        """Per broker, its journal: what a crash does not take."""
+        self._runs: dict[str, int] = {}
 
     # -- building ----------------------------------------------------------------------------
 
     def add_broker(self, broker_id: str) -> Broker:
+        """A broker; added again after ``crash``, it restarts from its journal."""
+        run = self._runs[broker_id] = self._runs.get(broker_id, 0) + 1
         broker = Broker(
-            broker_id, covering=self.covering, conformity=self.conformity, limits=self.limits
+            broker_id,
+            covering=self.covering,
+            conformity=self.conformity,
+            limits=self.limits,
+            epoch=str(run),
+            journal=self.journals.setdefault(broker_id, Journal()),
         )
         self.brokers[broker_id] = broker
-        self.seen[broker_id] = []
+        self.seen.setdefault(broker_id, [])
         return broker
+
+    def crash(self, broker_id: str) -> None:
+        """The broker dies at once: its links and its clients' connections fail, what it had
+        not committed to its journal is lost. ``add_broker`` starts it again."""
+        broker = self.brokers.pop(broker_id)
+        self.journals[broker_id].rollback()
+        for name in broker.peers.values():
+            for key in ((broker_id, name), (name, broker_id)):
+                if key in self._queues:
+                    self._queues[key].clear()
+            self._emit(name, self.brokers[name].close(broker_id))
+        for client in self.clients.values():
+            if client.broker == broker_id and client.connected:
+                client.connected = False
+                for key in ((client.name, broker_id), (broker_id, client.name)):
+                    if key in self._queues:
+                        self._queues[key].clear()
+
+    def reattach(self, client: SimClient) -> None:
+        """A client that lost its connection connects again, under the same name."""
+        client.connected = True
+        self.send(client, Hello(client.name, Role.CLIENT))
 
     def link(self, a: str, b: str) -> None:
         """Connect brokers ``a`` and ``b``; ``a`` opens the link."""
@@ -157,13 +194,27 @@ class Simulation:
         if client is not None and client.broker == source:
             client.receive(message)
             return
-        broker = self.brokers[target]
+        broker = self.brokers.get(target)
+        if broker is None:
+            return  # it crashed with this message on its way
         self._clock += 1e-3  # one millisecond a message
         if isinstance(message, RoutePublish):
             self.seen[target].append(message.publication)
         elif isinstance(message, Publication):
             self.seen[target].append(message)
-        self._emit(target, broker.handle(message, source, self._clock))
+        outs = broker.handle(message, source, self._clock)
+        broker.journal.commit()  # as the runtime does before sending what a frame caused
+        self._emit(target, outs)
+
+    def queued(self, source: str, target: str) -> list[Envelope]:
+        """The messages on their way from ``source`` to ``target``."""
+        return list(self._queues.get((source, target), ()))
+
+    def tick(self, seconds: float) -> None:
+        """Let ``seconds`` pass with no message, and give every broker a tick."""
+        self._clock += seconds
+        for name, broker in self.brokers.items():
+            self._emit(name, broker.tick(self._clock))
 
     @property
     def clock(self) -> float:

@@ -230,6 +230,13 @@ def _decode_timestamp(text: str, path: str) -> datetime:
         raise DecodeError(f"not an ISO 8601 timestamp: {text!r}", path=path) from None
     if ts.tzinfo is None:
         raise DecodeError("timestamp needs a time zone (Z or +hh:mm)", path=path)
+    try:
+        ts.astimezone(UTC)
+    except OverflowError:
+        raise DecodeError(
+            f"timestamp {text} is out of range: in UTC it falls outside the years 1 to 9999",
+            path=path,
+        ) from None
     return ts
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from padres.broker.replay import Feed
 from padres.messages import Publication, TimeWindow, Unsubscribe
 from padres.parser import parse_advertisement, parse_composite, parse_subscription
-from padres.protocol import ReplayDone
+from padres.protocol import ReplayBatch, ReplayDone, ReplayEnd
 from padres.simulation import SimClient, Simulation
 from rete.operators import Value
 from tests.sim_archive import SimArchive
@@ -56,10 +56,12 @@ def _window(start: datetime, end: datetime | None = None) -> str:
     return text + (f",[time,<,'{end.isoformat()}']" if end else "")
 
 
-def _stored(count: int, every: timedelta, item: str = "shoes") -> tuple[Simulation, SimArchive]:
+def _stored(
+    count: int, every: timedelta, item: str = "shoes", seed: int = 3
+) -> tuple[Simulation, SimArchive]:
     """The star with a database at C storing orders, and ``count`` orders published at A,
     ``every`` apart from PAST (every third a hat, with ``item`` 'mixed')."""
-    sim = _sim(STAR)
+    sim = _sim(STAR, seed)
     db = SimArchive.attach(sim, "db", "C")
     db.store("[class,eq,'Order']", "s")
     shop = _shop(sim)
@@ -248,3 +250,148 @@ def test_a_feed_drops_a_live_copy_of_a_replayed_publication_after_the_switch() -
     assert feed.arrived(late) == []  # outside the window
     new = Publication("p9", {"class": "Order"}, NOW + timedelta(seconds=9), "x")
     assert feed.arrived(new) == [new]
+
+
+# -- databases that do not answer --------------------------------------------------------------
+
+SILENT = "no answer within 30 s"
+
+
+def _wait(sim: Simulation, seconds: int) -> None:
+    """Let ``seconds`` pass, the brokers ticking every second as the runtime makes them."""
+    for _ in range(seconds):
+        sim.tick(1)
+        sim.run()
+
+
+def _requested(sim: Simulation) -> bool:
+    """Whether any broker still remembers a replay request."""
+    return not all(b.history.is_empty() for b in sim.brokers.values())
+
+
+def test_a_historic_request_to_a_silent_database_fails_after_the_timeout() -> None:
+    for seed in range(4):
+        sim, mute = _stored(6, timedelta(minutes=1), seed=seed)
+        manager = sim.attach("manager", "E")
+        window = _window(PAST, NOW - timedelta(days=1))
+        sub = parse_subscription(f"[class,eq,'Order'],{window}", id="h")
+        sim.send(manager, sub)
+        sim.run()
+        assert len(mute.requests) == 1, seed
+        _wait(sim, 29)  # its past ended a day ago: the time counts from the request
+        assert _done(manager) == [] and _requested(sim), seed
+        _wait(sim, 2)
+        assert _done(manager) == [ReplayDone("h", 0, (), (f"db@C: {SILENT}",))], seed
+        assert not _requested(sim), seed  # every broker on the way forgot it too
+        mute.answer()  # too late: dropped on the way
+        sim.run()
+        assert manager.notifications == [] and len(_done(manager)) == 1, seed
+        sim.send(manager, sub)  # the id is free again
+        sim.run()
+        assert manager.acks == ["h", "h"] and manager.errors == [], seed
+        assert len(mute.requests) == 1, seed
+        mute.answer()
+        sim.run()
+        assert _ids(manager) == [f"o{i}" for i in range(6)], seed
+        assert _done(manager)[-1] == ReplayDone("h", 6, ("db@C",)), seed
+        for client in list(sim.clients.values()):
+            sim.detach(client)
+        sim.run()
+        assert sim.tables_empty(), seed
+
+
+def test_a_hybrid_subscription_goes_on_live_when_a_silent_database_times_out() -> None:
+    for seed in range(6):
+        sim = _sim(STAR, seed)
+        mute = SimArchive.attach(sim, "mute", "D")
+        mute.store("[class,eq,'Order']", "s")
+        db = SimArchive.attach(sim, "db", "C")
+        db.store("[class,eq,'Order']", "s")
+        shop = _shop(sim)
+        for i in range(8):
+            sim.send(shop, _order(i, "shoes", PAST + timedelta(minutes=i)))
+        sim.run()
+        manager = sim.attach("manager", "E")
+        sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+        count = _publish_while_running(sim, shop, 8, 4, 3)  # while it is on its way
+        sim.run()
+        db.answer()
+        sim.run()
+        count = _publish_while_running(sim, shop, count, 4, 2)  # held
+        sim.run()
+        assert manager.notifications == [] and _done(manager) == [], seed
+        _wait(sim, 31)
+        assert _ids(manager) == [f"o{i}" for i in range(count)], seed  # the past, then held
+        (done,) = _done(manager)
+        assert done == ReplayDone("h", 16, ("db@C",), (f"mute@D: {SILENT}",), live=True), seed
+        mute.answer()  # the past, after the switch: ignored
+        sim.run()
+        count = _publish_while_running(sim, shop, count, 4, 2)
+        sim.run()
+        assert _ids(manager) == [f"o{i}" for i in range(count)], seed
+        sim.send(manager, Unsubscribe("h"))
+        for client in list(sim.clients.values()):
+            sim.detach(client)
+        sim.run()
+        assert sim.tables_empty(), seed
+
+
+def test_a_database_answering_slowly_but_steadily_is_not_cut_off() -> None:
+    sim, db = _stored(12, timedelta(minutes=1))
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    (request,) = db.requests
+    rid = request.subscription.id
+    found = sorted(db.stored.values(), key=lambda p: p.timestamp)
+    for i in range(0, 12, 3):
+        _wait(sim, 25)  # under the timeout between answers, far over it in all
+        sim.send(db, ReplayBatch(rid, request.database, tuple(found[i : i + 3])))
+        sim.run()
+    _wait(sim, 25)
+    sim.send(db, ReplayEnd(rid, request.database, 12))
+    sim.run()
+    assert _ids(manager) == [f"o{i}" for i in range(12)]
+    assert _done(manager) == [ReplayDone("h", 12, ("db@C",), live=True)]
+
+
+def test_a_database_that_stops_answering_fails_with_what_it_sent_kept() -> None:
+    sim, db = _stored(12, timedelta(minutes=1))
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    _wait(sim, 20)
+    db.answer(fail_after=2)
+    sim.run()
+    _wait(sim, 29)  # past ready_at plus the timeout, under the timeout since the last answer
+    assert _ids(manager) == [f"o{i}" for i in range(6)] and _done(manager) == []
+    _wait(sim, 2)
+    assert _done(manager) == [ReplayDone("h", 6, (), (f"db@C: {SILENT}",), live=True)]
+    sim.send(manager, Unsubscribe("h"))
+    sim.run()
+    assert not _requested(sim)  # the brokers on the way gave up at the same time
+
+
+def test_the_timeout_is_the_brokers_own() -> None:
+    sim, _ = _stored(3, timedelta(minutes=1))
+    for broker in sim.brokers.values():
+        broker.history.timeout = 2.5
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    _wait(sim, 2)
+    assert _done(manager) == []
+    _wait(sim, 2)
+    assert _done(manager) == [ReplayDone("h", 0, (), ("db@C: no answer within 2.5 s",), live=True)]
+
+
+def test_brokers_on_the_way_forget_a_request_whose_requester_is_gone() -> None:
+    sim, _ = _stored(3, timedelta(minutes=1))
+    manager = sim.attach("manager", "E")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    sim.detach(manager)
+    sim.run()
+    assert sim.brokers["E"].history.is_empty() and _requested(sim)
+    _wait(sim, 31)
+    assert not _requested(sim)

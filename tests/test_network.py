@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 import subprocess
 import sys
-import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -22,14 +20,7 @@ from padres.messages import Publication
 from padres.parser import parse_filter, parse_publication
 from padres.protocol import MAX_FRAME_BYTES, Notify
 from padres.runtime.processes import BrokerProcess
-
-
-@pytest.fixture
-def brokers() -> Iterator[dict[str, BrokerProcess]]:
-    started: dict[str, BrokerProcess] = {}
-    yield started
-    for proc in started.values():
-        proc.stop()
+from tests.support import eventually, health
 
 
 def _start(
@@ -40,34 +31,18 @@ def _start(
     return proc.start()
 
 
-async def _eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = check()
-        if result if isinstance(result, bool) else await result:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
-
-
 async def _routes_at(client: Client, count: int) -> None:
     """Wait until the client's broker holds ``count`` subscriptions (routing has settled)."""
 
     async def ready() -> bool:
         return len(await client.query("subscriptions")) >= count
 
-    await _eventually(ready)
+    await eventually(ready)
 
 
 def _padres(*args: str) -> list[str]:
     """The command line running ``padres ARGS`` with this interpreter."""
     return [sys.executable, "-m", "padres.cli", *args]
-
-
-def _health(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/health")) as r:
-        return orjson.loads(r.read())  # type: ignore[no-any-return]
 
 
 class _Inbox:
@@ -129,7 +104,7 @@ async def _run_scenario(
             len(inbox.got) >= len(e) for (_, inbox, _), e in zip(subs, expected, strict=True)
         )
 
-    await _eventually(done)
+    await eventually(done)
     await asyncio.sleep(0.2)  # anything extra would arrive now
     assert [inbox.ids() for _, inbox, _ in subs] == expected
 
@@ -164,21 +139,21 @@ def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerPro
             inbox = _Inbox()
             await client.subscribe("[class,eq,'T']", inbox, id="s")
             inboxes.append(inbox)
-        await _eventually(lambda: _health(b)["subscriptions"] == 2)
+        await eventually(lambda: health(b)["subscriptions"] == 2)
         await _routes_at(pub, 1)
         await pub.publish("[class,'T'],[n,1]", id="before")
-        await _eventually(lambda: all(i.ids() == ["before"] for i in inboxes))
+        await eventually(lambda: all(i.ids() == ["before"] for i in inboxes))
 
         brokers["B"].kill()
         await asyncio.sleep(0.5)
         assert len(await pub.query("subscriptions")) == 0  # withdrawn with the link
         brokers["B"].start()  # same port: the neighbours dial it again
 
-        await _eventually(lambda: _health(b)["neighbors"] == ["A", "C", "D"])
-        await _eventually(lambda: _health(b)["subscriptions"] == 2)
+        await eventually(lambda: health(b)["neighbors"] == ["A", "C", "D"])
+        await eventually(lambda: health(b)["subscriptions"] == 2)
         await _routes_at(pub, 1)
         await pub.publish("[class,'T'],[n,2]", id="after")
-        await _eventually(lambda: all(i.ids() == ["after", "before"] for i in inboxes))
+        await eventually(lambda: all(i.ids() == ["after", "before"] for i in inboxes))
 
     asyncio.run(run())
 
@@ -197,13 +172,13 @@ def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
             await sub.subscribe("[class,eq,'T']", inbox, id="s")
             await _routes_at(pub, 1)
             brokers["C"].pause()  # C hangs: its socket stays open, but it answers nothing
-            await _eventually(lambda: _health(b)["neighbors"] == ["A"], timeout=10)
+            await eventually(lambda: health(b)["neighbors"] == ["A"], timeout=10)
             assert await pub.query("subscriptions") == ()  # withdrawn: C stopped answering
             brokers["C"].resume()  # C notices its link is gone, dials again, resends
-            await _eventually(lambda: _health(b)["neighbors"] == ["A", "C"], timeout=15)
+            await eventually(lambda: health(b)["neighbors"] == ["A", "C"], timeout=15)
             await _routes_at(pub, 1)
             await pub.publish("[class,'T']", id="back")
-            await _eventually(lambda: inbox.ids() == ["back"])
+            await eventually(lambda: inbox.ids() == ["back"])
 
     asyncio.run(run())
 
@@ -221,11 +196,11 @@ def test_reconnecting_clients_survive_a_broker_restart(brokers: dict[str, Broker
             await pub.publish("[class,'T']", id="before")
             assert (await handle.get(5)).publication.id == "before"  # type: ignore[union-attr]
             brokers["B"].kill()
-            await _eventually(lambda: pub.state is ClientState.CONNECTING)
+            await eventually(lambda: pub.state is ClientState.CONNECTING)
             with pytest.raises(ConnectionLost):
                 await pub.publish("[class,'T']", id="lost")  # nobody to send it to
             brokers["B"].start()  # same port
-            await _eventually(lambda: ClientState.OPEN is pub.state is sub.state, timeout=15)
+            await eventually(lambda: ClientState.OPEN is pub.state is sub.state, timeout=15)
             await pub.publish("[class,'T']", id="after")  # advertisement made again
             assert (await handle.get(5)).publication.id == "after"  # type: ignore[union-attr]
 
@@ -263,7 +238,7 @@ def test_bad_frames_get_errors_and_the_broker_keeps_serving(
             await pub.advertise("[class,eq,'T']", id="a")
             await pub.advertise("[class,eq,'T']", id="a")
         await pub.publish("[class,'T']", id="still-served")
-        await _eventually(lambda: inbox.ids() == ["still-served"])
+        await eventually(lambda: inbox.ids() == ["still-served"])
         await pub.close()
         await watcher.close()
 
@@ -354,8 +329,6 @@ def test_pub_reports_refused_publications(brokers: dict[str, BrokerProcess]) -> 
             "pub",
             "--broker",
             url,
-            "--settle",
-            "0",
             "--adv",
             "[class,eq,'T'],[v,<,5]",
             "[class,'T'],[v,1]",
@@ -368,3 +341,47 @@ def test_pub_reports_refused_publications(brokers: dict[str, BrokerProcess]) -> 
     assert pub.returncode == 1
     assert "error (p2): publication 'p2' matches none of the advertisements" in pub.stderr
     assert "published 1 of 2 publications" in pub.stderr
+
+
+def test_a_batch_publishing_right_after_advertising_loses_nothing(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """PADRES' demo star: a subscriber at A, a batch at D that advertises and publishes at once.
+    The advertisement is acknowledged only once the subscription from A is back at D."""
+    b = _start(brokers, "B")
+    a, _, d, _ = (_start(brokers, name, [b]) for name in "ACDE")
+    sub = subprocess.Popen(
+        _padres(
+            "sub",
+            "--broker",
+            a,
+            "--count",
+            "3",
+            "--timeout",
+            "20",
+            "[class,eq,'STOCK'],[symbol,eq,'IBM']",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert sub.stderr is not None
+    assert "subscribed" in sub.stderr.readline()
+    batch = "\n".join(
+        [
+            "a [class,eq,'STOCK'],[symbol,isPresent,'x'],[price,isPresent,1]",
+            *(
+                f"p [class,'STOCK'],[symbol,'{symbol}'],[price,{i}]"
+                for i, symbol in enumerate(["IBM", "MSFT", "IBM", "AAPL", "IBM"])
+            ),
+            "",
+        ]
+    )
+    shell = subprocess.run(
+        _padres("client", "--broker", d), input=batch, capture_output=True, text=True, timeout=60
+    )
+    assert shell.returncode == 0, shell.stderr
+    out, _ = sub.communicate(timeout=30)
+    assert sub.returncode == 0
+    prices = [line.rsplit("[price,", 1)[1].rstrip("]") for line in out.splitlines()]
+    assert prices == ["0", "2", "4"]

@@ -17,6 +17,7 @@ from padres.parser import (
 from padres.protocol import (
     MAX_FRAME_BYTES,
     CompositeNotify,
+    Echo,
     Envelope,
     Error,
     Hello,
@@ -48,6 +49,9 @@ MESSAGES: list[Envelope] = [
     Hello("B2", Role.BROKER),
     Welcome("B1", "alice@B1"),
     Ok("s1"),
+    Ok("a1", ("the link from B1 to B2 was lost",)),
+    Echo("e7"),
+    Echo("e8", ("the link from B2 to B3 was lost",)),
     Error("no subscription 's9'", "s9"),
     Notify(_PUB, ("s1", "s2")),
     CompositeNotify("c1", (_PUB, _PUB), {"X": "gold", "N": 3}),
@@ -56,6 +60,10 @@ MESSAGES: list[Envelope] = [
     RouteAdvertise(parse_advertisement("[class,eq,'Order']", id="B1#x.1"), "B1#x.1", ("B1", "B2")),
     RouteUnadvertise("B1#x.1", "B1#x.1", lost=True),
     RouteSubscribe(parse_subscription("[class,eq,'Order'],[price,>,1]", id="B3#y.4"), ("t1", "t2")),
+    RouteSubscribe(parse_subscription("[class,eq,'Order']", id="B3#y.5"), ("t1",), echo="e3"),
+    RouteAdvertise(
+        parse_advertisement("[class,eq,'A']", id="B1#x.2"), "B1#x.2", ("B1",), echo="e4"
+    ),
     RouteUnsubscribe("B3#y.4", ("t1",)),
     RoutePublish(_PUB, "t1"),
     parse_composite("{[class,eq,'A'],[k,eq,$X]} & {[class,eq,'B'],[k,eq,$X]}", id="c1"),

@@ -103,6 +103,12 @@ async def _bench(
     quotes = stock_publications(data)
     workload = list(stock_subscriptions(subs, quotes, seed=1))
     shares = [workload[i :: len(urls)] for i in range(len(urls))]
+    # What should arrive is worked out before connecting: matching here blocks the event loop,
+    # and a client that does not answer its broker's pings meanwhile would be dropped.
+    batch = quotes[:pubs]
+    expected = _expected(shares, batch)
+    paced = quotes[pubs : pubs + int(rate * seconds)] or quotes[: int(rate * seconds)]
+    expected_paced = _expected(shares, paced)
     async with contextlib.AsyncExitStack() as stack:
         refused: list[Error] = []
         publisher = await stack.enter_async_context(
@@ -120,8 +126,6 @@ async def _bench(
         await settled(publisher)
 
         # Throughput: as fast as the publisher can send.
-        batch = quotes[:pubs]
-        expected = _expected(shares, batch)
         started = time.perf_counter()
         for start in range(0, len(batch), 500):
             await publisher.publish_many(batch[start : start + 500])
@@ -132,8 +136,6 @@ async def _bench(
         # Latency at a fixed rate.
         for c in counters:
             c.count, c.latencies, c.by_pub = 0, [], {}
-        paced = quotes[pubs : pubs + int(rate * seconds)] or quotes[: int(rate * seconds)]
-        expected_paced = _expected(shares, paced)
         tick = 0.01
         per_tick = max(1, int(rate * tick))
         begin = time.perf_counter()

@@ -8,9 +8,10 @@ delivery of the round is checked against a global oracle that knows every subscr
 
 - a publication reaches each client at most once;
 - it reaches only subscriptions it matches;
-- it reaches every matching subscription that was in place before the round began and was
-  not touched during it, when its publisher's advertisement was in place likewise (what was
-  changed during the round may or may not see the round's publications: both are right);
+- it reaches every matching subscription whose client had its acknowledgement before the
+  publication was sent, when the publisher had the acknowledgement of its advertisement
+  likewise, and neither was withdrawn during the round: an acknowledged advertisement or
+  subscription has settled, so there is no allowance for races;
 - a composite subscription in place for a round reports exactly the matches the reference
   matcher finds among the publications that reached its broker, and every publication it
   needed reached that broker.
@@ -123,8 +124,13 @@ class Oracle:
     subs: dict[tuple[str, str], _Held] = field(default_factory=dict)
     advs: dict[tuple[str, str], _Held] = field(default_factory=dict)
     touched: set[tuple[str, str]] = field(default_factory=set)
-    pubs: list[tuple[Publication, str, str]] = field(default_factory=list)
-    """This round's publications: publication, publisher, advertisement id it conforms to."""
+    pubs: list[tuple[Publication, str, str, frozenset[tuple[str, str]]]] = field(
+        default_factory=list
+    )
+    """This round's publications: publication, publisher, advertisement id it conforms to, and
+    the advertisements and subscriptions acknowledged when it was sent."""
+    acked: set[tuple[str, str]] = field(default_factory=set)
+    """(client, id) of advertisements and subscriptions whose client has the acknowledgement."""
     violations: list[str] = field(default_factory=list)
     checked: int = 0
     deliveries: int = 0
@@ -147,6 +153,7 @@ class Driver:
         self._ids = 0
         self._offsets: dict[str, int] = {}
         self._consumed: dict[str, int] = {c.name: 0 for c in self.clients}
+        self._acks_read: dict[str, int] = {c.name: 0 for c in self.clients}
         sim.run()
 
     def _next(self, prefix: str) -> str:
@@ -194,6 +201,7 @@ class Driver:
         if key is not None:
             del self.oracle.advs[key]
             self.oracle.touched.add(key)
+            self.oracle.acked.discard(key)
             self.sim.send(self.live[key[0]], Unadvertise(key[1]))
 
     def _op_sub(self) -> None:
@@ -222,6 +230,7 @@ class Driver:
         if key is not None:
             del self.oracle.subs[key]
             self.oracle.touched.add(key)
+            self.oracle.acked.discard(key)
             self.sim.send(self.live[key[0]], Unsubscribe(key[1]))
 
     def _op_pub(self) -> None:
@@ -230,8 +239,18 @@ class Driver:
             return
         pub = _publication(self.rng, self.oracle.advs[key].filter, self._next("p"))
         if pub is not None:
-            self.oracle.pubs.append((pub, key[0], key[1]))
+            self.oracle.pubs.append((pub, key[0], key[1], frozenset(self._acknowledged())))
             self.sim.send(self.live[key[0]], pub)
+
+    def _acknowledged(self) -> set[tuple[str, str]]:
+        """What the clients have had acknowledged so far (and not withdrawn since)."""
+        o = self.oracle
+        for client in self.live.values():
+            for ref in client.acks[self._acks_read[client.name] :]:
+                if (client.name, ref) in o.subs or (client.name, ref) in o.advs:
+                    o.acked.add((client.name, ref))
+            self._acks_read[client.name] = len(client.acks)
+        return o.acked
 
     def _op_leave(self) -> None:
         client = self._client()
@@ -245,6 +264,7 @@ class Driver:
             for key in [k for k in held if k[0] == client.name]:
                 del held[key]
                 o.touched.add(key)
+                o.acked.discard(key)
         del self.live[client.name]
         self.sim.detach(client)
 
@@ -252,7 +272,8 @@ class Driver:
 
     def _check(self) -> None:
         o = self.oracle
-        by_id = {pub.id: (pub, publisher, aid) for pub, publisher, aid in o.pubs}
+        by_id = {pub.id: (pub, publisher, aid) for pub, publisher, aid, _ in o.pubs}
+        acked_then = {pub.id: acked for pub, _, _, acked in o.pubs}
         mine: dict[str, list[tuple[tuple[str, str], _Held]]] = {}
         for key, held in o.subs.items():
             if held.composite is None:
@@ -269,9 +290,8 @@ class Driver:
                 o.deliveries += 1
             for pid, (pub, publisher, aid) in by_id.items():
                 received = got.get(pid, set())
-                adv_ok = (publisher, aid) in o.advs and o.settled(
-                    (publisher, aid), o.advs[(publisher, aid)]
-                )
+                acked = acked_then[pid]
+                adv_ok = (publisher, aid) in o.advs and (publisher, aid) in acked
                 for sid in received:
                     key = (client.name, sid)
                     known = o.subs.get(key)
@@ -282,7 +302,7 @@ class Driver:
                 if not adv_ok or not client.connected:
                     continue
                 for key, held in mine.get(client.name, ()):
-                    if o.settled(key, held) and matches(held.filter, pub):
+                    if key in acked and matches(held.filter, pub):
                         o.checked += 1
                         if key[1] not in received:
                             o.violations.append(f"{client.name} missed {pid} for {key[1]}")

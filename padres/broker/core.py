@@ -17,6 +17,9 @@ Routing, as in PADRES and SIENA, over advertisement trees (see ``trees`` and ``r
 
 A tree spans the overlay once whatever its cycles, so no publication reaches a broker twice.
 
+An advertisement or subscription is acknowledged to its client once its routing has settled
+(see ``settle``): the publications made after the acknowledgement find their way.
+
 Databases offer to replay what they store; historic and hybrid subscriptions are answered from
 them (see ``history``).
 """
@@ -24,13 +27,16 @@ them (see ``history``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from padres.broker.durable import DURABLE, REFRESH, Durables
 from padres.broker.history import HISTORY, History, Watch, composite_network
 from padres.broker.routes import Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
+from padres.broker.settle import Settling
 from padres.broker.trees import Tree, Trees
+from padres.journal import Journal
 from padres.matching import matches
 from padres.messages import (
     Advertisement,
@@ -45,14 +51,20 @@ from padres.messages import (
 )
 from padres.printer import format_filter
 from padres.protocol import (
+    Ack,
     CompositeNotify,
+    Durable,
+    Echo,
     Envelope,
     Error,
+    Guaranteed,
     Hello,
     Notify,
     Ok,
     Query,
     QueryResult,
+    Recover,
+    Recovered,
     ReplayBatch,
     ReplayDone,
     ReplayEnd,
@@ -98,6 +110,8 @@ class Broker:
         epoch: str = "0",
         memory: float = 60.0,
         settle: float = 0.5,
+        replay_timeout: float = 30.0,
+        journal: Journal | None = None,
     ) -> None:
         """``conformity``: refuse a publication that matches none of its publisher's
         advertisements (it could not be routed reliably). ``epoch`` makes the overlay-wide ids
@@ -105,7 +119,11 @@ class Broker:
         for how many seconds a withdrawn advertisement's id is remembered, so that a late copy
         still travelling a longer path of a cyclic overlay is not taken for a new one.
         ``settle``: how long a database waits, after the end of the past a subscription asks
-        for, before it answers, so that publications still on their way are stored first."""
+        for, before it answers, so that publications still on their way are stored first.
+        ``replay_timeout``: how long a historic request waits for a database that does not
+        answer before it ends as failed for that database (see ``history``). ``journal``: where
+        guaranteed publications and durable subscriptions are kept (in memory if None); the
+        durable subscriptions it holds are taken up at once."""
         self.id = check_id(broker_id, "broker id")
         self.conformity = conformity
         self.trees = Trees()
@@ -113,7 +131,8 @@ class Broker:
         self.routes = Routes(self.trees, self.network, covering)
         self.archives = Trees()
         """The trees of the databases' replay offers."""
-        self.history = History(self.id, self.archives, settle)
+        self.history = History(self.id, self.archives, settle, timeout=replay_timeout)
+        self.settling = Settling()
         self.limits = limits
         self.last_heard: dict[str, float] = {}
         self._epoch = epoch
@@ -130,6 +149,10 @@ class Broker:
         self._withdrawn: dict[str, float] = {}
         self._withdrawals: deque[tuple[float, str]] = deque()
         self._now = 0.0
+        self._refreshed = 0.0
+        self.journal = journal or Journal()
+        self.durables = Durables(self.journal, self.routes, self.trees, self.settling, self._new_id)
+        self.durables.restore()
 
     @property
     def covering(self) -> Covering:
@@ -144,6 +167,12 @@ class Broker:
     def sessions(self) -> dict[str, Session]:
         return dict(self._sessions)
 
+    def publishes(self, hop: str) -> bool:
+        """Whether the client on ``hop`` has advertised (flow control holds back publishers
+        only: a subscriber's acknowledgements must always get through)."""
+        session = self._sessions.get(hop)
+        return session is not None and bool(session.advertisements)
+
     def is_empty(self) -> bool:
         """Whether no routing state is left (no advertisement, subscription or composite)."""
         return not (
@@ -152,6 +181,8 @@ class Broker:
             or len(self.routes)
             or len(self.network)
             or self._local
+            or len(self.settling)
+            or len(self.durables)
             or not self.history.is_empty()
         )
 
@@ -165,22 +196,32 @@ class Broker:
     def close(self, hop: str) -> list[Out]:
         """A connection is gone: a client's subscriptions and advertisements go with it; for a
         neighbour, what was learned through it is withdrawn from the rest of the overlay."""
+        out = self._close(hop)
+        return self._tagged(out + self.durables.sync())
+
+    def _close(self, hop: str) -> list[Out]:
         self._hello_sent.discard(hop)
         self.last_heard.pop(hop, None)
         session = self._sessions.pop(hop, None)
         if session is not None:
             self._names.discard(session.name)
             out = self._ended(self.history.hop_down(hop, f"{session.name} disconnected"))
+            out += self.settling.hop_down(hop, f"{session.name} disconnected")
+            self.durables.detach(hop)
             for gid in [*session.subscriptions.values(), *session.composites.values()]:
                 out += self._drop_subscription(gid)
-            for gid in session.advertisements.values():
+            for aid, gid in session.advertisements.items():
+                self.journal.forget_tree(session.name, aid)
                 out += self._withdraw(gid)
             return out
         name = self._peers.pop(hop, None)
         if name is None:
             return []
         self.routes.brokers.discard(hop)
-        out = self._ended(self.history.hop_down(hop, f"the link from {self.id} to {name} was lost"))
+        why = f"the link from {self.id} to {name} was lost"
+        out = self._ended(self.history.hop_down(hop, why))
+        out += self.settling.hop_down(hop, why)
+        out += self.durables.hop_down(hop)
         for trees in (self.trees, self.archives):
             for tree in trees:
                 if tree.parent == hop:
@@ -190,6 +231,17 @@ class Broker:
                     if trees is self.trees:
                         out += self.routes.tree_shrank(tree.id)
         return out + self.routes.hop_down(hop)
+
+    def tick(self, now: float) -> list[Out]:
+        """Time passes with no message: requests that waited too long end, and durable
+        subscriptions ask again for what they may have missed (every ``REFRESH`` seconds).
+        The runtime calls this about once a second."""
+        self._now = now
+        out = self._ended(self.history.expire(now)) + self.durables.sync()
+        if now - self._refreshed >= REFRESH:
+            self._refreshed = now
+            out += self.durables.refresh()
+        return self._tagged(out)
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -201,12 +253,55 @@ class Broker:
             self._withdrawn.pop(self._withdrawals.popleft()[1], None)
         session = self._sessions.get(hop)
         if session is not None:
-            return self._from_client(message, session)
+            return self._tagged(self._from_client(message, session))
         if hop in self._peers:
-            return self._from_broker(message, hop)
+            return self._tagged(self._from_broker(message, hop))
         if isinstance(message, Hello):
-            return self._hello(message, hop)
+            return self._tagged(self._hello(message, hop))
         return [(hop, Error("the first message of a connection must be 'hello'"))]
+
+    def _tagged(self, outs: list[Out]) -> list[Out]:
+        """Give every routing message to a neighbour its echo token (see ``settle``); those
+        that have one keep it."""
+        tagged: list[Out] = []
+        for hop, message in outs:
+            if hop in self._peers:
+                if isinstance(message, RouteSubscribe) and not message.echo:
+                    sid = message.subscription.id
+                    labels = [(sid, (hop, t)) for t in message.trees]
+                    message = replace(message, echo=self.settling.sent(hop, labels))
+                elif isinstance(message, RouteAdvertise) and not message.echo:
+                    label = (message.advertisement.id, hop)
+                    message = replace(message, echo=self.settling.sent(hop, [label]))
+            tagged.append((hop, message))
+        return tagged
+
+    def _route_tokens(self, route_id: str, trees: Iterable[str] | None = None) -> set[str]:
+        """The echoes a route still waits for: its own forwards toward the roots of ``trees``
+        (all its trees when None), or those of the subscriptions it is hidden behind."""
+        route = self.routes.get(route_id)
+        if route is None:
+            return set()
+        if trees is None:
+            trees = set(route.trees).union(*route.arrivals.values())
+        tokens: set[str] = set()
+        for t in trees:
+            tree = self.trees.get(t)
+            if tree is None:
+                continue
+            slot = (tree.parent, t)
+            token = self.settling.pending((route_id, slot))
+            coverer = route.hidden_by.get(slot)
+            if token is None and coverer is not None:
+                token = self.settling.pending((coverer, slot))
+            if token is not None:
+                tokens.add(token)
+        return tokens
+
+    def _flood_tokens(self, advertisement_id: str) -> set[str]:
+        """The echoes an advertisement's flood still waits for."""
+        pending = (self.settling.pending((advertisement_id, hop)) for hop in self._peers)
+        return {token for token in pending if token is not None}
 
     def _hello(self, hello: Hello, hop: str) -> list[Out]:
         if hello.role is Role.CLIENT:
@@ -230,16 +325,22 @@ class Broker:
         match message:
             case Publication():
                 return self._publish(message, session)
+            case Guaranteed():
+                return self._publish(message.publication, session, guaranteed=True)
+            case Durable():
+                return self._durable(message, session)
+            case Ack():
+                return self.durables.ack(session.name, message)
             case Subscription():
                 return self._subscribe(message, session)
             case CompositeSubscription():
                 return self._subscribe_composite(message, session)
             case Advertisement():
-                return self._advertise(message, session)
+                return self._advertise(message, session) + self.durables.sync()
             case Unsubscribe():
                 return self._unsubscribe(message, session)
             case Unadvertise():
-                return self._unadvertise(message, session)
+                return self._unadvertise(message, session) + self.durables.sync()
             case Query():
                 return [(session.hop, self._query(message.what))]
             case ReplayOffer():
@@ -253,15 +354,37 @@ class Broker:
     def _from_broker(self, message: Envelope, hop: str) -> list[Out]:
         match message:
             case RoutePublish():
-                return self._deliver(message.publication, message.tree, hop)
+                tree = self.trees.get(message.tree)
+                if tree is None or tree.parent != hop:
+                    return []  # along a route left over from an earlier path of the tree
+                return self._deliver(message.publication, message.tree, hop, message.position)
+            case Recover():
+                return self.durables.forward(message, hop)
+            case Recovered():
+                return self.durables.answered(message, hop)
             case RouteSubscribe():
-                return self.routes.arrive(message.subscription, hop, message.trees)
+                out = self._tagged(self.routes.arrive(message.subscription, hop, message.trees))
+                if not message.echo:
+                    return out
+                tokens = self._route_tokens(message.subscription.id, message.trees)
+                return out + self.settling.wait(tokens, hop, _echo(hop, message.echo))
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():
-                return self._route_advertise(message, hop)
+                # Durable subscriptions ask for what they missed before the echo goes back.
+                out = self._tagged(self._route_advertise(message, hop) + self.durables.sync())
+                if not message.echo:
+                    return out
+                # Wait only for the flood below a copy from the tree's parent: waiting on
+                # copies that crossed a cycle could wait in a circle.
+                tree = self._tree_of(message.advertisement.id)
+                below = tree is not None and tree.parent == hop
+                tokens = self._flood_tokens(message.advertisement.id) if below else set()
+                return out + self.settling.wait(tokens, hop, _echo(hop, message.echo))
+            case Echo():
+                return self.settling.echo(message.token, hop, message.incomplete)
             case RouteUnadvertise():
-                return self._route_unadvertise(message, hop)
+                return self._route_unadvertise(message, hop) + self.durables.sync()
             case ReplayRequest():
                 return self.history.forward(message, hop)
             case ReplayBatch() | ReplayEnd():
@@ -278,10 +401,17 @@ class Broker:
         self._counter += 1
         return f"{self.id}#{self._epoch}.{self._counter}"
 
-    def _publish(self, pub: Publication, session: Session) -> list[Out]:
+    def _publish(self, pub: Publication, session: Session, guaranteed: bool = False) -> list[Out]:
         if pub.publisher != session.name:
             pub = replace(pub, publisher=session.name)
         tree = self._tree_for(pub, session)
+        if guaranteed:
+            if tree is None:
+                why = f"guaranteed publication {pub.id!r} conforms to none of your advertisements"
+                return [(session.hop, Error(why, pub.id))]
+            position, new = self.journal.append(tree, pub, self._now)
+            ack: list[Out] = [(session.hop, Ok(pub.id))]
+            return self._deliver(pub, tree, session.hop, position) + ack if new else ack
         if tree is None and self.conformity:
             return [
                 (
@@ -319,7 +449,26 @@ class Broker:
         if sub.filter.window is not None:
             return self._watch(Watch(session.hop, sub.id), gid, [(gid, sub.filter)])
         out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
-        return [*out, (session.hop, Ok(sub.id))]
+        return self._acknowledged(out, [gid], session.hop, sub.id)
+
+    def _durable(self, message: Durable, session: Session) -> list[Out]:
+        sid = message.subscription.id
+        if sid in session.subscriptions or sid in session.composites:
+            return [(session.hop, Error(f"subscription {sid!r} already exists", sid))]
+        if message.subscription.filter.window is not None:
+            why = f"durable subscription {sid!r} cannot have a time window"
+            return [(session.hop, Error(why, sid))]
+        try:
+            out, gid = self.durables.attach(
+                session.name, session.hop, message.subscription, message.acked, self._now
+            )
+        except ValueError as exc:
+            return [(session.hop, Error(str(exc), sid))]
+        out = self._tagged(out + self.durables.sync())
+        tokens = self._route_tokens(gid) | self.durables.pending(gid)
+        return out + self.settling.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc))
+        )
 
     def _subscribe_composite(self, sub: CompositeSubscription, session: Session) -> list[Out]:
         if sub.id in session.subscriptions or sub.id in session.composites:
@@ -335,16 +484,28 @@ class Broker:
         out: list[Out] = []
         for pid, flt in zip(parts, sub.filters, strict=True):
             out += self.routes.add_local(Subscription(pid, routing_filter(flt)), session.hop, None)
-        return [*out, (session.hop, Ok(sub.id))]
+        return self._acknowledged(out, parts, session.hop, sub.id)
 
     def _watch(self, watch: Watch, gid: str, parts: list[tuple[str, Filter]]) -> list[Out]:
         """A subscription with a time window: ask the databases for its past, and route the
         parts that reach into the future as live subscriptions whose matches go to history."""
         out = self.history.watch(gid, watch, parts, self._now)
+        live = [pid for pid, _ in parts if watch.feeds[pid].live]
         for pid, flt in parts:
-            if watch.feeds[pid].live:
+            if pid in live:
                 out += self.routes.add_local(Subscription(pid, flt), HISTORY, pid)
-        return self._ended([*out, (watch.owner, Ok(watch.local_id)), *watch.report()])
+        out = self._acknowledged(out, live, watch.owner, watch.local_id)
+        return self._ended([*out, *watch.report()])
+
+    def _acknowledged(
+        self, outs: list[Out], route_ids: Iterable[str], hop: str, ref: str
+    ) -> list[Out]:
+        """``outs``, and ``Ok(ref)`` to ``hop`` once the routes ``route_ids`` have settled."""
+        outs = self._tagged(outs)
+        tokens: set[str] = set()
+        for rid in route_ids:
+            tokens |= self._route_tokens(rid)
+        return outs + self.settling.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
 
     def _ended(self, outs: list[Out]) -> list[Out]:
         """A historic subscription whose past is complete is over: it is forgotten."""
@@ -362,6 +523,8 @@ class Broker:
     def _unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
         sid = unsub.subscription_id
         gid = session.subscriptions.pop(sid, None) or session.composites.pop(sid, None)
+        if gid is None and self.durables.has(session.name, sid):
+            return [*self.durables.drop(session.name, sid), (session.hop, Ok(sid))]
         if gid is None:
             return [(session.hop, Error(f"no subscription {sid!r}", sid))]
         return [*self._drop_subscription(gid), (session.hop, Ok(sid))]
@@ -385,7 +548,9 @@ class Broker:
     def _advertise(self, adv: Advertisement, session: Session) -> list[Out]:
         if adv.id in session.advertisements:
             return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
-        gid = session.advertisements[adv.id] = self._new_id()
+        gid = self.journal.tree_of(session.name, adv.id) or self._new_id()
+        session.advertisements[adv.id] = gid
+        self.journal.remember_tree(session.name, adv.id, gid)
         mine = Advertisement(gid, adv.filter)
         hider = self._local_coverer(mine)
         out: list[Out] = []
@@ -398,8 +563,11 @@ class Broker:
             self._local[gid] = LocalAdvertisement(session.hop, tree, hidden_by=hider)
             self._local[hider].hides.add(gid)
             self.trees.add(mine, tree, session.hop, (self.id,))
-        out += self.routes.tree_grew(self._local[gid].tree, adv.filter)
-        return [*out, (session.hop, Ok(adv.id))]
+        out = self._tagged(out + self.routes.tree_grew(self._local[gid].tree, adv.filter))
+        tokens = self._flood_tokens(hider or gid)
+        return out + self.settling.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
+        )
 
     def _local_coverer(self, adv: Advertisement) -> str | None:
         if self.covering is Covering.OFF:
@@ -416,6 +584,7 @@ class Broker:
         gid = session.advertisements.pop(aid, None)
         if gid is None:
             return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
+        self.journal.forget_tree(session.name, aid)
         return [*self._withdraw(gid), (session.hop, Ok(aid))]
 
     def _offer(self, adv: Advertisement, session: Session) -> list[Out]:
@@ -426,7 +595,11 @@ class Broker:
         tree = self.archives.add(
             Advertisement(gid, adv.filter), gid, session.hop, (self.id,), session.name
         )
-        return [*self._offer_tree(tree), (session.hop, Ok(adv.id))]
+        out = self._tagged(self._offer_tree(tree))
+        tokens = self._flood_tokens(gid)
+        return out + self.settling.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
+        )
 
     def _offer_tree(self, tree: Tree, hop: str | None = None) -> list[Out]:
         """The tree's advertisements, to ``hop`` or flooded to every neighbour."""
@@ -527,12 +700,16 @@ class Broker:
 
     # -- publications ------------------------------------------------------------------------
 
-    def _deliver(self, pub: Publication, tree: str | None, source: str) -> list[Out]:
+    def _deliver(
+        self, pub: Publication, tree: str | None, source: str, position: int = 0
+    ) -> list[Out]:
         owners, hops, activations = self.routes.match(pub, tree, source)
         out: list[Out] = []
         if tree is not None:
-            message = RoutePublish(pub, tree)
+            message = RoutePublish(pub, tree, position)
             out += [(hop, message) for hop in sorted(hops)]
+        for gid in owners.pop(DURABLE, ()):
+            out += self.durables.arrived(gid, pub, tree, position)
         for pid in owners.pop(HISTORY, ()):
             out += self.history.arrived(pid, pub)
         out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
@@ -541,3 +718,7 @@ class Broker:
             facts: tuple[Publication, ...] = activation.facts
             out.append((owner, CompositeNotify(local_id, facts, activation.bindings)))
         return out
+
+
+def _echo(hop: str, token: str) -> Callable[[tuple[str, ...]], Out]:
+    return lambda incomplete: (hop, Echo(token, incomplete))

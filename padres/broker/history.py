@@ -7,7 +7,8 @@ time window reaching into the past is *watched* at its edge broker: for each of 
 every database whose offer overlaps it, one request per database. Each broker on the way
 remembers the request's *passage* (the hop back and the hop forward), so the answers
 (``ReplayBatch``, then ``ReplayEnd``) travel back to the requester only, and a lost link or a
-vanished database ends the request with an error instead of leaving it waiting.
+vanished database ends the request with an error instead of leaving it waiting; so does a
+database that stops answering (see ``History`` for the timeout).
 
 At the edge, a ``Feed`` per filter merges the answers and the live stream (see ``replay``);
 the watch turns what comes out into deliveries, and tells the client with ``ReplayDone`` when
@@ -52,6 +53,10 @@ class _Passage:
     """The hop toward the requester; empty at the requester's own broker."""
     forward: str
     """The hop toward the database."""
+    deadline: float
+    """When the passage ends unless an answer comes through first (see ``History``)."""
+    touched: bool = True
+    """Whether the passage was made, or an answer came through it, since the last tick."""
 
 
 @dataclass
@@ -121,12 +126,33 @@ def composite_network(sub: CompositeSubscription, limits: CompositeLimits | None
 
 
 class History:
-    """A broker's historic requests: those it made, and those passing through it."""
+    """A broker's historic requests: those it made, and those passing through it.
 
-    def __init__(self, broker_id: str, archives: Trees, settle: float) -> None:
+    ``settle``: how long a database waits, after the end of the past a request asks for,
+    before it answers (the request's ``ready_at``). ``timeout``: a request fails at a broker
+    when no answer (a batch or the end) has come through it for ``timeout`` seconds, counted
+    from its ``ready_at`` (or from when the broker sent it on, if that is later: the past a
+    historic subscription asks for may have ended long ago) and again from each answer, so a
+    database streaming a large answer slowly but steadily is not cut off. Time is counted in
+    ticks (``expire``): a request, or an answer, starts the count at the next tick, so a request
+    ends at most one tick late.
+
+    Every broker on the path applies the rule to its own passage. At the requester's broker the
+    request ends as failed: the feed names the database (``"DB1@B: no answer within 30 s"`` in
+    ``ReplayDone.failed``), releases the live publications it held, and the passage is
+    forgotten. A broker on the way only forgets its passage and sends nothing: the requester's
+    broker applies the same rule to the same answers, and it alone reports the failure. An
+    answer reaching a broker after its passage is gone is dropped there, so nothing of a
+    request reaches the subscriber after its failure.
+    """
+
+    def __init__(
+        self, broker_id: str, archives: Trees, settle: float, *, timeout: float = 30.0
+    ) -> None:
         self.id = broker_id
         self.archives = archives
         self.settle = settle
+        self.timeout = timeout
         self.watches: dict[str, Watch] = {}
         self.parts: dict[str, str] = {}
         """Part id -> the id of its watch."""
@@ -153,15 +179,15 @@ class History:
                 assert window is not None
                 watch.has_past = True
                 end = now if window.end is None else min(now, window.end.timestamp())
+                ready_at = end + self.settle
                 for tid in sorted(self.archives.overlapping(flt)):
                     tree = self.archives.get(tid)
                     if tree is None or tree.replay in databases:
                         continue  # one request per database, up its first overlapping offer
                     databases.add(tree.replay)
-                    self._passages[pid, tree.replay] = _Passage("", tree.parent)
-                    request = ReplayRequest(
-                        Subscription(pid, flt), tid, tree.replay, end + self.settle
-                    )
+                    deadline = ready_at + self.timeout
+                    self._passages[pid, tree.replay] = _Passage("", tree.parent, deadline)
+                    request = ReplayRequest(Subscription(pid, flt), tid, tree.replay, ready_at)
                     out.append((tree.parent, request))
             watch.feeds[pid] = Feed(window, databases, live=live, started=at)
             self.parts[pid] = gid
@@ -189,7 +215,7 @@ class History:
         tree = self.archives.get(request.tree)
         if tree is None or tree.parent == hop or tree.replay != db:
             return [(hop, ReplayEnd(rid, db, 0, f"no route to {db} at broker {self.id}"))]
-        self._passages[rid, db] = _Passage(hop, tree.parent)
+        self._passages[rid, db] = _Passage(hop, tree.parent, request.ready_at + self.timeout)
         return [(tree.parent, request)]
 
     def answer(self, message: ReplayBatch | ReplayEnd, hop: str) -> list[Out]:
@@ -197,12 +223,28 @@ class History:
         key = (message.request, message.database)
         passage = self._passages.get(key)
         if passage is None or passage.forward != hop:
-            return []  # its requester is gone
+            return []  # its requester is gone, or it was given up
+        passage.touched = True
         if isinstance(message, ReplayEnd):
             del self._passages[key]
         if passage.back:
             return [(passage.back, message)]
         return self._answered(message)
+
+    def expire(self, now: float) -> list[Out]:
+        """Time passes: passages with no answer for too long end (see the class docstring);
+        returns what the requests made here that ended pass on to their subscribers."""
+        out: list[Out] = []
+        for key, passage in list(self._passages.items()):
+            if passage.touched:
+                passage.touched = False
+                passage.deadline = max(passage.deadline, now + self.timeout)
+            elif now >= passage.deadline:
+                del self._passages[key]
+                if not passage.back:
+                    why = f"no answer within {self.timeout:g} s"
+                    out += self._answered(ReplayEnd(key[0], key[1], 0, why))
+        return out
 
     def hop_down(self, hop: str, why: str) -> list[Out]:
         """A connection is gone: requests sent through it end with ``why``; requests that came

@@ -96,6 +96,9 @@ class Routes:
     def __iter__(self) -> Iterator[Route]:
         return iter(list(self._routes.values()))
 
+    def get(self, subscription_id: str) -> Route | None:
+        return self._routes.get(subscription_id)
+
     def forwarded(self) -> int:
         """How many (subscription, slot) pairs are forwarded: the size of upstream tables."""
         return sum(len(r.sent) for r in self._routes.values())

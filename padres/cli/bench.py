@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from padres.bench import match, network, overlay, parse
+from padres.bench import guaranteed, match, network, overlay, parse
 from padres.broker import Covering
 
 
@@ -47,6 +47,14 @@ def register(commands: Any) -> None:
     n.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
     _data_and_json(n)
     n.set_defaults(run=run_network)
+    g = benches.add_parser(
+        "guaranteed", help="3-broker chain: guaranteed against plain delivery, recovery time"
+    )
+    g.add_argument("--count", type=int, default=20_000, help="publications per run")
+    g.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
+    g.add_argument("--rate", type=float, default=2_000, help="publications per second, recovery")
+    g.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    g.set_defaults(run=run_guaranteed)
     h = benches.add_parser("history", help="historic store: ingest rate and a 1% query")
     h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
@@ -91,6 +99,12 @@ def run_network(args: argparse.Namespace) -> int:
     result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data)
     print(orjson.dumps(result).decode() if args.json else network.report(result))
     return 1 if result["duplicates"] else 0
+
+
+def run_guaranteed(args: argparse.Namespace) -> int:
+    result = guaranteed.run(args.count, args.repeat, args.rate)
+    print(orjson.dumps(result).decode() if args.json else guaranteed.report(result))
+    return 0
 
 
 def run_history(args: argparse.Namespace) -> int:

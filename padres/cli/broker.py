@@ -6,11 +6,16 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from padres.broker import Broker, Covering
+from padres.cli.inputs import CommandError
 from padres.cli.logs import setup_logging
-from padres.runtime.node import BrokerNode
+from padres.journal import Journal, JournalError, Sync
+from padres.runtime.node import BrokerNode, Limits
+
+MIB = 1 << 20
 
 
 def register(commands: Any) -> None:
@@ -41,8 +46,72 @@ def register(commands: Any) -> None:
         help="seconds a database waits past a historic query's end before it answers, so that "
         "publications on their way are stored first (default 0.5)",
     )
+    defaults = Limits()
+    p.add_argument(
+        "--client-queue",
+        type=float,
+        default=defaults.client_queue / MIB,
+        metavar="MIB",
+        help="MiB queued for a client that reads too slowly before messages to it are dropped "
+        f"(default {defaults.client_queue / MIB:g})",
+    )
+    p.add_argument(
+        "--evict-after",
+        type=float,
+        default=defaults.evict_after,
+        metavar="SECONDS",
+        help="seconds a client may stay over its queue limit before it is disconnected "
+        f"(default {defaults.evict_after:g})",
+    )
+    p.add_argument(
+        "--link-queue",
+        type=float,
+        default=defaults.link_queue / MIB,
+        metavar="MIB",
+        help="MiB queued for a neighbour broker before the link is closed and resynchronised "
+        f"(default {defaults.link_queue / MIB:g})",
+    )
+    p.add_argument(
+        "--pause-at",
+        type=float,
+        default=defaults.pause_at / MIB,
+        metavar="MIB",
+        help="MiB queued for a neighbour at which the broker stops reading from its clients, "
+        f"until every link queue is under half of it (default {defaults.pause_at / MIB:g})",
+    )
+    p.add_argument(
+        "--replay-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a historic request fails when its database has sent nothing for this long "
+        "(default 30)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="keep the journal (guaranteed publications, durable subscriptions) in "
+        "DIR/journal.sqlite, so that they survive a restart (default: in memory)",
+    )
+    p.add_argument(
+        "--sync",
+        choices=[s.value for s in Sync],
+        default=Sync.FULL.value,
+        help="when the journal waits for the disk: full (survives a power failure, the "
+        "default), normal (survives a crash of the process), off",
+    )
     p.add_argument("--quiet", action="store_true", help="log warnings only")
     p.set_defaults(run=run)
+
+
+def _journal(data: str | None, sync: Sync) -> Journal:
+    if data is None:
+        return Journal("")  # a temporary file: on disk, so bounded in memory, but not kept
+    try:
+        Path(data).mkdir(parents=True, exist_ok=True)
+        return Journal(str(Path(data) / "journal.sqlite"), sync=sync)
+    except (OSError, JournalError) as exc:
+        raise CommandError(f"--data {data}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,8 +122,16 @@ def run(args: argparse.Namespace) -> int:
         conformity=not args.no_conformity,
         epoch=os.urandom(3).hex(),
         settle=args.settle,
+        replay_timeout=args.replay_timeout,
+        journal=_journal(args.data, Sync(args.sync)),
     )
-    node = BrokerNode(broker, neighbors=args.neighbor, heartbeat=args.heartbeat)
+    limits = Limits(
+        client_queue=int(args.client_queue * MIB),
+        link_queue=int(args.link_queue * MIB),
+        pause_at=int(args.pause_at * MIB),
+        evict_after=args.evict_after,
+    )
+    node = BrokerNode(broker, neighbors=args.neighbor, heartbeat=args.heartbeat, limits=limits)
 
     def ready(port: int) -> None:
         print(f"broker {args.id} listening on ws://{args.host}:{port}/ws", flush=True)

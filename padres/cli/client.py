@@ -53,11 +53,9 @@ def register(commands: Any) -> None:
         help="advertisement to make first (default: one per class and attribute set published)",
     )
     p.add_argument(
-        "--settle",
-        type=float,
-        default=0.5,
-        help="seconds to wait after advertising, while subscriptions find their way back "
-        "(default 0.5)",
+        "--guaranteed",
+        action="store_true",
+        help="guaranteed delivery: exit once the broker has every publication on disk",
     )
     p.set_defaults(run=run_pub)
 
@@ -67,6 +65,12 @@ def register(commands: Any) -> None:
     s.add_argument("--json", action="store_true", help="print each delivery as a JSON line")
     s.add_argument("--count", type=int, help="exit after N deliveries")
     s.add_argument("--timeout", type=float, help="exit after S seconds without a delivery")
+    s.add_argument(
+        "--durable",
+        metavar="NAME",
+        help="a durable subscription: the broker keeps what it matches while this client is "
+        "away; run again with the same --name and --durable to resume",
+    )
     s.set_defaults(run=run_sub)
 
 
@@ -86,14 +90,17 @@ def _format(delivery: Delivery, as_json: bool) -> str:
 
 
 async def _connect(
-    args: argparse.Namespace, default_name: str, refused: list[Error] | None = None
+    args: argparse.Namespace,
+    default_name: str,
+    refused: list[Error] | None = None,
+    reconnect: bool = False,
 ) -> Client:
     def report(error: Error) -> None:
         _print_error(error)
         if refused is not None:
             refused.append(error)
 
-    client = Client(args.broker, args.name or default_name, on_error=report)
+    client = Client(args.broker, args.name or default_name, on_error=report, reconnect=reconnect)
     try:
         return await client.connect()
     except (ConnectionLost, RequestFailed, TimeoutError) as exc:
@@ -143,9 +150,9 @@ async def _pub(args: argparse.Namespace) -> int:
         filters = [a.filter for a in advs if isinstance(a, Advertisement)]
         for flt in filters or _derived_advertisements(pubs):
             await client.advertise(flt)
-        await asyncio.sleep(args.settle)
         for start in range(0, len(pubs), 500):
-            await client.publish_many(pubs[start : start + 500])
+            await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
+        await client.flush()
         await client.query("advertisements")  # a round trip: everything before it was read
     except RequestFailed as exc:
         raise CommandError(str(exc)) from None
@@ -174,11 +181,15 @@ async def _sub(args: argparse.Namespace) -> int:
         message = reader.parse_line(f"{command} {text}", 1, "<filter>")
     except ParseError as exc:
         raise CommandError(str(exc)) from None
-    client = await _connect(args, "sub")
+    client = await _connect(args, "sub", reconnect=args.durable is not None)
     received = 0
     try:
+        if isinstance(message, CompositeSubscription) and args.durable:
+            raise CommandError("a composite subscription cannot be durable")
         if isinstance(message, CompositeSubscription):
             handle = await client.subscribe_composite(message)
+        elif isinstance(message, Subscription) and args.durable:
+            handle = await client.subscribe(message.filter, durable=args.durable)
         elif isinstance(message, Subscription):
             handle = await client.subscribe(message.filter, id=message.id)
         else:  # pragma: no cover - parse_line returned what was asked

@@ -10,13 +10,26 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import IO
 
-__all__ = ["BrokerProcess", "DatabaseProcess"]
+__all__ = ["BrokerProcess", "DatabaseProcess", "free_ports"]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` ports free on 127.0.0.1 now, for brokers that must come back on their port."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class _Child:

@@ -1,0 +1,405 @@
+"""Durable subscriptions, and the recovery of guaranteed publications they missed.
+
+A durable subscription lives at its edge broker, in the broker's journal: it outlasts its
+client's connection and the broker's own restarts. What it matches is queued there, numbered
+(``Notify.seq``), and sent to the client when it is connected, at most ``WINDOW`` deliveries
+ahead of its acknowledgements (``Ack``); the rest waits on disk. While the client is away the
+queue is bounded (``MAX_QUEUED`` deliveries, ``MAX_QUEUED_BYTES``): past that the oldest
+deliveries are discarded, counted, and the client is told how many when it comes back.
+
+Guaranteed publications carry their position in the journal of the broker where they were
+published, the root of the tree they travel down. For each tree it follows, a durable
+subscription remembers the position up to which it has everything (its *cursor*). Whenever its
+route starts following a tree (when it is made, when the broker restarts, when a tree lost with
+a link comes back along another path), it asks the tree's root for what it missed: a
+``Recover`` request travels up the tree behind the subscription itself, the root answers from
+its journal (``Recovered``, in rounds of at most ``Recover.limit``), and the answer travels back
+down the same path. While it is on its way, guaranteed publications of that tree arriving live
+are left to the answer, which holds them too; after it, anything at or below the cursor is a
+duplicate and is dropped. A guaranteed publication of a tree whose root the subscription has
+not asked (the tree is not, or no longer, known here, or the last request failed) moves no
+cursor: it may come along a route left over from an earlier path of the tree, ahead of
+publications that the recovery asked when the tree is followed again will bring, and these
+would then be taken for duplicates; it is left to that recovery. On a tree it never
+followed, a subscription asks for what was published since it was made (by the root's clock
+against its broker's: they are assumed to agree), so that an advertisement reaching it late,
+across an overlay still linking up, costs nothing. Every ``REFRESH`` seconds each durable
+subscription also asks every root it follows again (``refresh``), so that a loss nothing else
+revealed is repaired within that time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from padres.broker.routes import Out, Routes
+from padres.broker.settle import Settling
+from padres.broker.trees import Trees
+from padres.journal import DurableRecord, Journal
+from padres.matching import matches
+from padres.messages import Publication, Subscription
+from padres.protocol import Ack, Error, Notify, Recover, Recovered
+
+__all__ = ["DURABLE", "MAX_QUEUED", "MAX_QUEUED_BYTES", "REFRESH", "WINDOW", "Durables"]
+
+DURABLE: Final = "(durable)"
+"""The owner of the routes of durable subscriptions: their matches go to ``Durables``."""
+
+WINDOW: Final = 1000
+"""Deliveries a durable subscription sends ahead of its client's acknowledgements."""
+MAX_QUEUED: Final = 10_000_000
+"""Deliveries a durable subscription keeps for its client, at most."""
+MAX_QUEUED_BYTES: Final = 1 << 30
+"""Bytes of deliveries a durable subscription keeps for its client, at most."""
+REFRESH: Final = 10.0
+"""Seconds between two rounds of asking every followed tree's root for what was missed."""
+
+
+@dataclass(frozen=True)
+class _Asked:
+    request: str
+    token: str
+    """The settling token its answer completes."""
+    hop: str
+    """The neighbour it was sent to."""
+
+
+@dataclass(frozen=True)
+class _Passage:
+    back: str
+    forward: str
+    tree: str
+
+
+@dataclass
+class _Durable:
+    record: DurableRecord
+    gid: str
+    """The id of its route here (it changes with each run of the broker)."""
+    hop: str | None = None
+    """The connected client's hop, if it is connected."""
+    sent: int = 0
+    """The last delivery number sent to the connected client."""
+    contacted: set[str] = field(default_factory=set)
+    """The trees its route follows whose root it has asked (or is asking) for what it missed."""
+    recovering: dict[str, _Asked] = field(default_factory=dict)
+    """Tree -> the recovery under way."""
+    queued: int = 0
+    bytes: int = 0
+    told: int = 0
+    """How many discarded deliveries the client has been told of."""
+
+
+class Durables:
+    """A broker's durable subscriptions and the recoveries passing through it."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        routes: Routes,
+        trees: Trees,
+        settling: Settling,
+        new_id: Callable[[], str],
+    ) -> None:
+        self.journal = journal
+        self.routes = routes
+        self.trees = trees
+        self.settling = settling
+        self._new_id = new_id
+        self._durables: dict[tuple[str, str], _Durable] = {}
+        self._by_gid: dict[str, _Durable] = {}
+        self._passages: dict[str, _Passage] = {}
+        """Recoveries on their way through this broker, by request id."""
+
+    def __len__(self) -> int:
+        return len(self._durables)
+
+    def restore(self) -> None:
+        """Take up the durable subscriptions of the journal (at start: with no neighbour yet,
+        routing them sends nothing; they follow trees as the links bring them)."""
+        for record in self.journal.durables():
+            durable = self._take(record)
+            durable.queued, durable.bytes = self.journal.backlog(record)
+            durable.sent = record.acked
+            route = Subscription(durable.gid, record.subscription.filter)
+            self.routes.add_local(route, DURABLE, durable.gid)
+
+    def _take(self, record: DurableRecord) -> _Durable:
+        durable = _Durable(record, self._new_id())
+        self._durables[record.owner, record.name] = durable
+        self._by_gid[durable.gid] = durable
+        return durable
+
+    def statistics(self) -> list[dict[str, Any]]:
+        """Each durable subscription: whose, how far along, what waits for its client."""
+        return [
+            {
+                "owner": d.record.owner,
+                "name": d.record.name,
+                "connected": d.hop is not None,
+                "next": d.record.next,
+                "acked": d.record.acked,
+                "sent": d.sent,
+                "queued": d.queued,
+                "queued_bytes": d.bytes,
+                "discarded": d.record.discarded,
+                "trees": len(d.contacted),
+                "recovering": len(d.recovering),
+            }
+            for d in self._durables.values()
+        ]
+
+    def has(self, owner: str, name: str) -> bool:
+        return (owner, name) in self._durables
+
+    # -- the client --------------------------------------------------------------------------
+
+    def attach(
+        self, owner: str, hop: str, sub: Subscription, acked: int, now: float
+    ) -> tuple[list[Out], str]:
+        """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``;
+        returns what to send, and the id of its route (to wait for it to settle), or raises
+        ``ValueError`` saying why not."""
+        durable = self._durables.get((owner, sub.id))
+        out: list[Out] = []
+        if durable is None:  # new, or forgotten by a broker that lost its journal
+            record = DurableRecord(owner, sub, next=acked + 1, acked=acked, created=now)
+            durable = self._take(record)
+            self.journal.save(durable.record)
+            route = Subscription(durable.gid, sub.filter)
+            out += self.routes.add_local(route, DURABLE, durable.gid)
+        elif durable.record.subscription.filter != sub.filter:
+            raise ValueError(f"durable subscription {sub.id!r} exists with another filter")
+        record = durable.record
+        durable.hop = hop
+        if acked > record.acked:
+            self._acked(durable, min(acked, record.next - 1))
+        durable.sent = record.acked
+        if record.discarded > durable.told:
+            lost = record.discarded - durable.told
+            durable.told = record.discarded
+            text = (
+                f"durable subscription {sub.id!r}: {lost} deliveries were discarded while you "
+                f"were away (the queue keeps {MAX_QUEUED} deliveries, {MAX_QUEUED_BYTES} bytes)"
+            )
+            out.append((hop, Error(text)))  # a notice: the request itself succeeds
+        return out + self._pump(durable), durable.gid
+
+    def detach(self, hop: str) -> None:
+        for durable in self._durables.values():
+            if durable.hop == hop:
+                durable.hop = None
+
+    def drop(self, owner: str, name: str) -> list[Out]:
+        """The client ends durable subscription ``name`` for good."""
+        durable = self._durables.pop((owner, name))
+        del self._by_gid[durable.gid]
+        self.journal.forget(durable.record)
+        return self.routes.remove_local(durable.gid)
+
+    def ack(self, owner: str, ack: Ack) -> list[Out]:
+        durable = self._durables.get((owner, ack.subscription))
+        if durable is None:
+            return []
+        self._acked(durable, min(ack.seq, durable.sent))
+        return self._pump(durable)
+
+    def _acked(self, durable: _Durable, seq: int) -> None:
+        record = durable.record
+        if seq <= record.acked:
+            return
+        record.acked = seq
+        count, size = self.journal.dequeue(record, seq)
+        durable.queued -= count
+        durable.bytes -= size
+        self.journal.save(record)
+
+    def _pump(self, durable: _Durable) -> list[Out]:
+        """Send what the client may have now (up to ``WINDOW`` ahead of its acks)."""
+        hop = durable.hop
+        room = WINDOW - (durable.sent - durable.record.acked)
+        if hop is None or room <= 0 or durable.sent >= durable.record.next - 1:
+            return []
+        name = durable.record.name
+        rows = self.journal.queued(durable.record, durable.sent, room)
+        if rows:
+            durable.sent = rows[-1][0]
+        return [(hop, Notify(pub, (name,), seq)) for seq, pub in rows]
+
+    # -- publications ------------------------------------------------------------------------
+
+    def arrived(self, gid: str, pub: Publication, tree: str | None, position: int) -> list[Out]:
+        """A publication matched the route of durable subscription ``gid``."""
+        durable = self._by_gid[gid]
+        if position and tree is not None:
+            if tree not in durable.contacted or self.trees.get(tree) is None:
+                return []  # not followed: the recovery asked when it is will bring it
+            if tree in durable.recovering:
+                return []  # the recovery's answer holds it
+            cursors = durable.record.cursors
+            if position <= cursors.get(tree, 0):
+                return []  # a duplicate
+            cursors[tree] = position
+        return self._queue(durable, pub)
+
+    def _queue(self, durable: _Durable, pub: Publication) -> list[Out]:
+        record = durable.record
+        seq = record.next
+        record.next += 1
+        durable.bytes += self.journal.enqueue(record, seq, pub)
+        durable.queued += 1
+        if durable.queued > MAX_QUEUED or durable.bytes > MAX_QUEUED_BYTES:
+            self._discard(durable)
+        self.journal.save(record)
+        if durable.hop is not None and durable.sent == seq - 1 and seq - record.acked <= WINDOW:
+            durable.sent = seq
+            return [(durable.hop, Notify(pub, (record.name,), seq))]
+        return self._pump(durable)
+
+    def _discard(self, durable: _Durable) -> None:
+        """The queue is over its limits: the oldest tenth goes."""
+        record = durable.record
+        count = max(1, durable.queued // 10)
+        upto = self.journal.oldest(record, count)
+        self.journal.dequeue(record, upto)
+        record.discarded += upto - record.acked
+        record.acked = upto
+        durable.sent = max(durable.sent, upto)
+        durable.queued, durable.bytes = self.journal.backlog(record)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def sync(self) -> list[Out]:
+        """Ask for what was missed on every tree a durable route has started to follow."""
+        out: list[Out] = []
+        for durable in self._durables.values():
+            route = self.routes.get(durable.gid)
+            trees = route.trees if route is not None else set()
+            durable.contacted &= trees
+            for tree in sorted(trees - durable.contacted):
+                durable.contacted.add(tree)
+                out += self._ask(durable, tree, durable.record.cursors.get(tree))
+        return out
+
+    def refresh(self) -> list[Out]:
+        """Ask again, for every tree followed and not being recovered, what was missed."""
+        out: list[Out] = []
+        for durable in self._durables.values():
+            for tree in sorted(durable.contacted - durable.recovering.keys()):
+                cursor = durable.record.cursors.get(tree)
+                if cursor is not None:
+                    out += self._ask(durable, tree, cursor)
+        return out
+
+    def pending(self, gid: str) -> set[str]:
+        """The settling tokens of the recoveries under way for durable route ``gid``."""
+        durable = self._by_gid.get(gid)
+        return set() if durable is None else {a.token for a in durable.recovering.values()}
+
+    def _ask(self, durable: _Durable, tree_id: str, after: int | None) -> list[Out]:
+        """Ask the root of ``tree_id`` for what was missed after position ``after``; None: a
+        first contact, which asks for what was published since the subscription was made."""
+        tree = self.trees.get(tree_id)
+        if tree is None:
+            return []
+        request = Recover(
+            f"{durable.gid}/{self._new_id()}",
+            Subscription(durable.gid, durable.record.subscription.filter),
+            tree_id,
+            after or 0,
+            since=durable.record.created if after is None else 0.0,
+        )
+        # A recovery still under way (along an earlier path of the tree) is replaced: what
+        # waits for it (a client's acknowledgement) waits for this one instead.
+        replaced = durable.recovering.pop(tree_id, None)
+        if tree.parent not in self.routes.brokers:  # the tree's root is here
+            done = [] if replaced is None else self.settling.echo(replaced.token, replaced.hop)
+            return done + self._recovered(durable, self._answer(request))
+        token = self.settling.sent(tree.parent)
+        if replaced is not None:
+            self.settling.supersede(replaced.token, token)
+        durable.recovering[tree_id] = _Asked(request.request, token, tree.parent)
+        return [(tree.parent, request)]
+
+    def _answer(self, request: Recover) -> Recovered:
+        """Answer ``request`` from this broker's journal (it is the tree's root)."""
+        rows, lost = self.journal.since(request.tree, request.after, request.limit, request.since)
+        more = len(rows) == request.limit
+        last = rows[-1][0] if more else self.journal.head
+        flt = request.subscription.filter
+        found = [(pos, pub) for pos, recent, pub in rows if recent and matches(flt, pub)]
+        return Recovered(
+            request.request,
+            request.tree,
+            tuple(pub for _, pub in found),
+            tuple(pos for pos, _ in found),
+            last,
+            more=more,
+            lost=lost,
+        )
+
+    def forward(self, request: Recover, hop: str) -> list[Out]:
+        """A recovery from a neighbour: answer it if the tree's root is here, else pass it on."""
+        tree = self.trees.get(request.tree)
+        if tree is None or tree.parent == hop:
+            why = f"no tree {request.tree} at this broker"
+            return [(hop, Recovered(request.request, request.tree, (), (), 0, error=why))]
+        if tree.parent not in self.routes.brokers:
+            return [(hop, self._answer(request))]
+        self._passages[request.request] = _Passage(hop, tree.parent, request.tree)
+        return [(tree.parent, request)]
+
+    def answered(self, answer: Recovered, hop: str) -> list[Out]:
+        """An answer coming back from ``hop``: pass it on toward its requester, or take it."""
+        passage = self._passages.get(answer.request)
+        if passage is not None:
+            if passage.forward != hop:
+                return []
+            del self._passages[answer.request]
+            return [(passage.back, answer)]
+        gid = answer.request.rsplit("/", 1)[0]
+        durable = self._by_gid.get(gid)
+        if durable is None:
+            return []
+        asked = durable.recovering.get(answer.tree)
+        if asked is None or asked.request != answer.request or asked.hop != hop:
+            return []
+        del durable.recovering[answer.tree]
+        return self.settling.echo(asked.token, hop) + self._recovered(durable, answer)
+
+    def _recovered(self, durable: _Durable, answer: Recovered) -> list[Out]:
+        if answer.error:
+            durable.contacted.discard(answer.tree)  # asked again at the next tick
+            return []
+        cursors = durable.record.cursors
+        out: list[Out] = []
+        for pos, pub in zip(answer.positions, answer.publications, strict=True):
+            if pos > cursors.get(answer.tree, 0):
+                cursors[answer.tree] = pos
+                out += self._queue(durable, pub)
+        cursors[answer.tree] = max(cursors.get(answer.tree, 0), answer.head)
+        if answer.lost:
+            durable.record.discarded += 1
+        self.journal.save(durable.record)
+        if answer.more:
+            out += self._ask(durable, answer.tree, cursors[answer.tree])
+        return out
+
+    def hop_down(self, hop: str) -> list[Out]:
+        """Recoveries through ``hop`` end (their requesters ask again); a client on it leaves."""
+        self.detach(hop)
+        out: list[Out] = []
+        for rid, passage in list(self._passages.items()):
+            if hop in (passage.back, passage.forward):
+                del self._passages[rid]
+            if passage.forward == hop:
+                why = f"the link to {hop} was lost"
+                out.append((passage.back, Recovered(rid, passage.tree, (), (), 0, error=why)))
+        for durable in self._durables.values():
+            for tree, asked in list(durable.recovering.items()):
+                if asked.hop == hop:
+                    del durable.recovering[tree]
+                    durable.contacted.discard(tree)
+        return out

@@ -1,0 +1,275 @@
+"""A broker's journal: what it has promised, on disk (SQLite in WAL mode).
+
+It holds
+
+- the guaranteed publications made at this broker, each with its *position* (1, 2, 3, ...
+  in the order they were accepted), the tree it went down and its publisher and id, so that a
+  publication sent again after a lost acknowledgement is recognised, and so that durable
+  subscriptions elsewhere can ask for what they missed (``since``);
+- the tree each local advertisement went down, so that a publisher advertising again after a
+  restart gets its old tree, and positions stay meaningful to those who follow it;
+- the durable subscriptions made at this broker, with what is queued for each.
+
+Nothing is written for good until ``commit``: the runtime commits once per frame it read,
+before it sends anything that frame caused, so an acknowledgement never gets ahead of the disk.
+``sync`` is SQLite's ``synchronous`` setting: ``full`` (the default) survives a power failure
+as well as a crash; ``normal`` survives a crash of the process (the operating system still has
+the data) but may lose the last commits at a power failure; ``off`` leaves it to the operating
+system. ``Journal()`` without a path keeps everything in memory (the simulation's brokers);
+``Journal("")`` in a temporary file that goes when it is closed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+import orjson
+
+from padres.errors import PadresError
+from padres.messages import Publication, Subscription
+from padres.wire import from_dict, to_dict
+
+__all__ = ["RETENTION", "DurableRecord", "Journal", "JournalError", "Sync"]
+
+RETENTION: Final = 1_000_000
+"""Guaranteed publications kept for recovery, per broker (the oldest go first)."""
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS log (
+    pos INTEGER PRIMARY KEY, tree TEXT NOT NULL, publisher TEXT NOT NULL, id TEXT NOT NULL,
+    at REAL NOT NULL, body BLOB NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS log_publication ON log (publisher, id);
+CREATE INDEX IF NOT EXISTS log_tree ON log (tree, pos);
+CREATE TABLE IF NOT EXISTS trees (
+    publisher TEXT NOT NULL, advertisement TEXT NOT NULL, tree TEXT NOT NULL,
+    PRIMARY KEY (publisher, advertisement));
+CREATE TABLE IF NOT EXISTS durables (
+    owner TEXT NOT NULL, name TEXT NOT NULL, subscription BLOB NOT NULL, cursors BLOB NOT NULL,
+    next INTEGER NOT NULL, acked INTEGER NOT NULL, discarded INTEGER NOT NULL,
+    created REAL NOT NULL, PRIMARY KEY (owner, name));
+CREATE TABLE IF NOT EXISTS queue (
+    owner TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, size INTEGER NOT NULL,
+    body BLOB NOT NULL, PRIMARY KEY (owner, name, seq));
+"""
+
+
+class JournalError(PadresError):
+    """The journal's database failed (the driver's error is the cause)."""
+
+
+class Sync(StrEnum):
+    """When SQLite waits for the disk (its ``synchronous`` setting); see the module docstring."""
+
+    FULL = "full"
+    NORMAL = "normal"
+    OFF = "off"
+
+
+@dataclass
+class DurableRecord:
+    """A durable subscription as the journal keeps it."""
+
+    owner: str
+    """The client's name in the overlay (``<client>@<broker>``)."""
+    subscription: Subscription
+    """The client's id for it (its name) and its filter."""
+    cursors: dict[str, int] = field(default_factory=dict)
+    """Per tree, the journal position of the root broker up to which nothing is missing."""
+    next: int = 1
+    """The number the next delivery gets."""
+    acked: int = 0
+    discarded: int = 0
+    """Deliveries thrown away because the queue was over its limits while the client was away."""
+    created: float = 0.0
+    """When it was made (Unix seconds): what it asks the roots of new trees for."""
+
+    @property
+    def name(self) -> str:
+        return self.subscription.id
+
+
+def _body(pub: Publication) -> bytes:
+    return orjson.dumps(to_dict(pub))
+
+
+def _publication(body: bytes) -> Publication:
+    message = from_dict(orjson.loads(body))
+    if not isinstance(message, Publication):
+        raise JournalError("the journal holds something other than a publication")
+    return message
+
+
+class Journal:
+    """See the module docstring."""
+
+    def __init__(
+        self, path: str = ":memory:", *, sync: Sync = Sync.FULL, retention: int = RETENTION
+    ) -> None:
+        self.path = path
+        self.retention = retention
+        try:
+            self._db = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+            if path not in ("", ":memory:"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={sync.value.upper()}")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT max(pos) FROM log").fetchone()
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open the journal {path}: {exc}") from exc
+        self.head: int = row[0] or 0
+        """The position of the last guaranteed publication accepted."""
+
+    def close(self) -> None:
+        self._db.close()
+
+    def commit(self) -> None:
+        try:
+            self._db.commit()
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot commit the journal {self.path}: {exc}") from exc
+
+    def rollback(self) -> None:
+        """Forget what was not committed (what a crash would lose)."""
+        self._db.rollback()
+        row = self._db.execute("SELECT max(pos) FROM log").fetchone()
+        self.head = row[0] or 0
+
+    # -- guaranteed publications -------------------------------------------------------------
+
+    def append(self, tree: str, pub: Publication, at: float) -> tuple[int, bool]:
+        """Record ``pub`` going down ``tree``, accepted at ``at`` (Unix seconds): its
+        position, and whether it is new (a publication already recorded, by publisher and id,
+        keeps its first position)."""
+        found = self._db.execute(
+            "SELECT pos FROM log WHERE publisher = ? AND id = ?", (pub.publisher, pub.id)
+        ).fetchone()
+        if found is not None:
+            return found[0], False
+        self.head += 1
+        self._db.execute(
+            "INSERT INTO log (pos, tree, publisher, id, at, body) VALUES (?, ?, ?, ?, ?, ?)",
+            (self.head, tree, pub.publisher, pub.id, at, _body(pub)),
+        )
+        if self.head % 1000 == 0 and self.head > self.retention:
+            self._db.execute("DELETE FROM log WHERE pos <= ?", (self.head - self.retention,))
+        return self.head, True
+
+    def since(
+        self, tree: str, after: int, limit: int, at: float = 0.0
+    ) -> tuple[list[tuple[int, int, Publication]], bool]:
+        """Up to ``limit`` rows of ``tree`` after position ``after``, in order, and whether
+        some after ``after`` may be gone (older than the journal keeps). A row is
+        (position, 1 if it was accepted at ``at`` or later else 0, publication)."""
+        rows = self._db.execute(
+            "SELECT pos, at >= ?, body FROM log WHERE tree = ? AND pos > ? ORDER BY pos LIMIT ?",
+            (at, tree, after, limit),
+        ).fetchall()
+        oldest = self._db.execute("SELECT min(pos) FROM log").fetchone()[0]
+        lost = after > 0 and oldest is not None and oldest > after + 1
+        return [(pos, recent, _publication(body)) for pos, recent, body in rows], lost
+
+    def tree_of(self, publisher: str, advertisement: str) -> str | None:
+        row = self._db.execute(
+            "SELECT tree FROM trees WHERE publisher = ? AND advertisement = ?",
+            (publisher, advertisement),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def remember_tree(self, publisher: str, advertisement: str, tree: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO trees (publisher, advertisement, tree) VALUES (?, ?, ?)",
+            (publisher, advertisement, tree),
+        )
+
+    def forget_tree(self, publisher: str, advertisement: str) -> None:
+        self._db.execute(
+            "DELETE FROM trees WHERE publisher = ? AND advertisement = ?",
+            (publisher, advertisement),
+        )
+
+    # -- durable subscriptions ---------------------------------------------------------------
+
+    def durables(self) -> Iterator[DurableRecord]:
+        rows = self._db.execute(
+            "SELECT owner, subscription, cursors, next, acked, discarded, created FROM durables"
+        ).fetchall()
+        for owner, sub, cursors, nxt, acked, discarded, created in rows:
+            subscription = from_dict(orjson.loads(sub))
+            if not isinstance(subscription, Subscription):
+                raise JournalError("the journal holds a durable subscription it cannot read")
+            yield DurableRecord(
+                owner, subscription, orjson.loads(cursors), nxt, acked, discarded, created
+            )
+
+    def save(self, record: DurableRecord) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO durables "
+            "(owner, name, subscription, cursors, next, acked, discarded, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.owner,
+                record.name,
+                orjson.dumps(to_dict(record.subscription)),
+                orjson.dumps(record.cursors),
+                record.next,
+                record.acked,
+                record.discarded,
+                record.created,
+            ),
+        )
+
+    def forget(self, record: DurableRecord) -> None:
+        key = (record.owner, record.name)
+        self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
+        self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ?", key)
+
+    def enqueue(self, record: DurableRecord, seq: int, pub: Publication) -> int:
+        """Queue a delivery; returns its size in bytes."""
+        body = _body(pub)
+        self._db.execute(
+            "INSERT INTO queue (owner, name, seq, size, body) VALUES (?, ?, ?, ?, ?)",
+            (record.owner, record.name, seq, len(body), body),
+        )
+        return len(body)
+
+    def queued(
+        self, record: DurableRecord, after: int, limit: int
+    ) -> list[tuple[int, Publication]]:
+        rows = self._db.execute(
+            "SELECT seq, body FROM queue WHERE owner = ? AND name = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (record.owner, record.name, after, limit),
+        ).fetchall()
+        return [(seq, _publication(body)) for seq, body in rows]
+
+    def backlog(self, record: DurableRecord) -> tuple[int, int]:
+        """How many deliveries are queued for ``record``, and their bytes."""
+        row = self._db.execute(
+            "SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE owner = ? AND name = ?",
+            (record.owner, record.name),
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def dequeue(self, record: DurableRecord, upto: int) -> tuple[int, int]:
+        """Forget the deliveries up to ``upto`` (acknowledged, or discarded); returns how many
+        there were, and their bytes."""
+        key = (record.owner, record.name, upto)
+        row = self._db.execute(
+            "SELECT count(*), coalesce(sum(size), 0) FROM queue "
+            "WHERE owner = ? AND name = ? AND seq <= ?",
+            key,
+        ).fetchone()
+        self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ? AND seq <= ?", key)
+        return int(row[0]), int(row[1])
+
+    def oldest(self, record: DurableRecord, count: int) -> int:
+        """The delivery number of the ``count``-th oldest queued delivery (0 if none)."""
+        row = self._db.execute(
+            "SELECT seq FROM queue WHERE owner = ? AND name = ? ORDER BY seq LIMIT 1 OFFSET ?",
+            (record.owner, record.name, count - 1),
+        ).fetchone()
+        return 0 if row is None else int(row[0])

@@ -1,0 +1,31 @@
+"""What the tests with real processes share: waiting for a condition, a broker's status."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+__all__ = ["eventually", "health"]
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
+    """Wait until ``check`` holds; ``AssertionError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result if isinstance(result, bool) else await result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def health(url: str) -> dict[str, Any]:
+    """``/health`` of the broker at ``url`` (its ``ws://`` address)."""
+    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/health")) as r:
+        return orjson.loads(r.read())  # type: ignore[no-any-return]

@@ -1,0 +1,144 @@
+"""Guaranteed delivery with real broker processes: kill -9, restarts, clients away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from padres.client import Client, Delivery
+from padres.protocol import Notify
+from padres.runtime.processes import BrokerProcess, free_ports
+
+RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
+
+
+@pytest.fixture
+def ring(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
+    """Five brokers in a ring with a chord, each with its journal under ``tmp_path``."""
+    names = "ABCDE"
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    procs: dict[str, BrokerProcess] = {}
+    try:
+        for name in names:
+            dials = [link[1] for link in RING if link[0] == name]
+            procs[name] = BrokerProcess(
+                name,
+                port=ports[name],
+                neighbors=[f"ws://127.0.0.1:{ports[n]}" for n in dials],
+                options=["--heartbeat", "1", "--data", str(tmp_path / name)],
+            )
+            procs[name].start()
+        yield procs
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+class _Received:
+    """A durable subscriber's deliveries, by publisher, in the order they came."""
+
+    def __init__(self) -> None:
+        self.by_publisher: dict[str, list[int]] = {}
+
+    def __call__(self, delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        pub = delivery.publication
+        self.by_publisher.setdefault(pub.publisher, []).append(int(pub.attributes["n"]))
+
+    def complete(self, publishers: dict[str, int]) -> bool:
+        return all(len(self.by_publisher.get(p, [])) >= n for p, n in publishers.items())
+
+
+async def _wait(check: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
+def test_every_durable_subscriber_gets_every_publication_once_while_each_broker_is_killed(
+    ring: dict[str, BrokerProcess],
+) -> None:
+    count, rate = 20_000, 2_000  # per publisher: ten seconds of publishing
+
+    async def run() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            url = {name: proc.url for name, proc in ring.items()}
+            publishers = {}
+            for at in "AC":
+                client = Client(url[at], f"pub{at}", reconnect=True, timeout=30)
+                publishers[f"pub{at}@{at}"] = await stack.enter_async_context(client)
+            inboxes = {}
+            for at in "BDE":
+                client = Client(url[at], f"sub{at}", reconnect=True, timeout=30)
+                sub = await stack.enter_async_context(client)
+                inboxes[at] = _Received()
+                await sub.subscribe("[class,eq,'T']", inboxes[at], durable="all")
+            for pub in publishers.values():
+                await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+
+            async def publish(pub: Client) -> None:
+                started = time.monotonic()
+                for n in range(count):
+                    await pub.publish({"class": "T", "n": n}, guaranteed=True)
+                    ahead = started + n / rate - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+
+            async def kill_each() -> None:
+                for victim in "BCDEA":
+                    await asyncio.sleep(count / rate / 6)
+                    ring[victim].kill()
+                    await asyncio.sleep(0.3)
+                    await asyncio.to_thread(ring[victim].start)
+
+            await asyncio.gather(kill_each(), *(publish(p) for p in publishers.values()))
+            for pub in publishers.values():
+                await pub.flush(timeout=60)
+            expected = dict.fromkeys(publishers, count)
+            await _wait(lambda: all(i.complete(expected) for i in inboxes.values()), 60)
+            for at, inbox in inboxes.items():
+                for name in publishers:
+                    got = inbox.by_publisher.get(name, [])
+                    missing = len(set(range(count)) - set(got))
+                    twice = len(got) - len(set(got))
+                    assert got == list(range(count)), (at, name, missing, twice)
+
+    asyncio.run(run())
+
+
+def test_a_durable_subscriber_away_for_a_while_resumes_with_nothing_lost_or_twice(
+    ring: dict[str, BrokerProcess],
+) -> None:
+    async def run() -> None:
+        url = {name: proc.url for name, proc in ring.items()}
+        async with Client(url["A"], "shop") as shop:
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+            first = _Received()
+            async with Client(url["D"], "manager") as manager:
+                await manager.subscribe("[class,eq,'T']", first, durable="orders")
+                for n in range(100):
+                    await shop.publish({"class": "T", "n": n}, guaranteed=True)
+                await shop.flush(10)
+                await _wait(lambda: first.complete({"shop@A": 100}), 10)
+            left = time.monotonic()
+            for n in range(100, 1100):  # the manager is away, for ten seconds
+                await shop.publish({"class": "T", "n": n}, guaranteed=True)
+                await asyncio.sleep(0.008)
+            await shop.flush(10)
+            await asyncio.sleep(max(0.0, left + 10 - time.monotonic()))
+            second = _Received()
+            async with Client(url["D"], "manager") as manager:
+                await manager.subscribe("[class,eq,'T']", second, durable="orders")
+                await _wait(lambda: second.complete({"shop@A": 1000}), 20)
+                await manager.unsubscribe("orders")
+            assert first.by_publisher["shop@A"] == list(range(100))
+            assert second.by_publisher["shop@A"] == list(range(100, 1100))
+
+    asyncio.run(run())
