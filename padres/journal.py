@@ -6,8 +6,9 @@ It holds
   in the order they were accepted), the tree it went down and its publisher and id, so that a
   publication sent again after a lost acknowledgement is recognised, and so that durable
   subscriptions elsewhere can ask for what they missed (``since``);
-- the tree each local advertisement went down, so that a publisher advertising again after a
-  restart gets its old tree, and positions stay meaningful to those who follow it;
+- the tree each local advertisement went down, so that a publisher advertising again (after
+  it reconnected, or after a restart of the broker) gets its old tree, and positions stay
+  meaningful to those who follow it;
 - the durable subscriptions made at this broker, with what is queued for each.
 
 Nothing is written for good until ``commit``: the runtime commits once per frame it read,
@@ -33,10 +34,12 @@ from padres.errors import PadresError
 from padres.messages import Publication, Subscription
 from padres.wire import from_dict, to_dict
 
-__all__ = ["RETENTION", "DurableRecord", "Journal", "JournalError", "Sync"]
+__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "JournalError", "Sync"]
 
 RETENTION: Final = 1_000_000
 """Guaranteed publications kept for recovery, per broker (the oldest go first)."""
+TREES_KEPT: Final = 100_000
+"""Local advertisements whose tree is remembered, per broker (the oldest go first)."""
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS log (
@@ -180,10 +183,16 @@ class Journal:
         return None if row is None else str(row[0])
 
     def remember_tree(self, publisher: str, advertisement: str, tree: str) -> None:
-        self._db.execute(
+        """Remember the tree of a local advertisement (the last ``TREES_KEPT`` advertisements
+        are remembered: a publisher away longer than that many others advertised starts a new
+        tree when it comes back)."""
+        cursor = self._db.execute(
             "INSERT OR REPLACE INTO trees (publisher, advertisement, tree) VALUES (?, ?, ?)",
             (publisher, advertisement, tree),
         )
+        rowid = cursor.lastrowid or 0
+        if rowid % 1000 == 0 and rowid > TREES_KEPT:
+            self._db.execute("DELETE FROM trees WHERE rowid <= ?", (rowid - TREES_KEPT,))
 
     def forget_tree(self, publisher: str, advertisement: str) -> None:
         self._db.execute(

@@ -11,7 +11,7 @@ import pytest
 from padres.broker import durable
 from padres.messages import Publication, Unsubscribe
 from padres.parser import parse_advertisement, parse_subscription
-from padres.protocol import Ack, Durable, Guaranteed, Notify, RoutePublish
+from padres.protocol import Ack, Durable, Guaranteed, Notify, Recover, RoutePublish
 from padres.simulation import SimClient, Simulation
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
@@ -421,6 +421,49 @@ def test_a_durable_subscription_resumed_during_a_recovery_that_is_replaced_is_ac
     _settle_all(sim, [pub, sub])
     assert sub.client.acks.count("d") == 2
     assert all(len(b.settling) == 0 for b in sim.brokers.values())
+
+
+def test_a_publisher_back_after_leaving_during_a_recovery_of_its_tree_loses_nothing() -> None:
+    sim, pub, sub = _d_linked_to_c_late()
+    for _ in range(3):
+        pub.publish()
+    sim.run()
+    sub.collect()
+    sim.unlink("D", "E")
+    _carry(sim, "D", "C")
+    _carry(sim, "C", "D")  # D follows the tree through C: its request waits on the link
+    for _ in range(2):
+        pub.publish()  # C has no route to D yet: these are left to the recovery
+    _run_except(sim, "DC")
+    sim.detach(pub.client)  # the tree is withdrawn before the request reaches A
+    _run_except(sim, "DC")
+    sim.run()
+    assert not list(sim.brokers["D"].trees)
+    sim.reattach(pub.client)
+    pub.connect()  # the same advertisement again: the same tree, asked again from D's cursor
+    pub.publish()
+    _settle_all(sim, [pub, sub])
+    assert [n for _, n in sub.got] == list(range(6))
+
+
+def test_a_recovery_whose_request_vanished_is_asked_again() -> None:
+    sim, pub, sub = _d_linked_to_c_late()
+    sim.unlink("D", "E")
+    _carry(sim, "D", "C")
+    _carry(sim, "C", "D")  # D follows the tree through C: its request waits on the link
+    queue = sim._queues[("D", "C")]
+    (request,) = [m for m in queue if isinstance(m, Recover)]
+    queue.remove(request)  # lost without the link failing
+    for _ in range(3):
+        pub.publish()
+    sim.run()
+    assert sub.got == []  # left to the recovery that never ends
+    for _ in range(durable.STALLED + 1):
+        sim.tick(durable.REFRESH)
+        sim.run()
+    sub.collect()
+    assert [n for _, n in sub.got] == list(range(3))
+    assert all(d["recovering"] == 0 for d in sim.brokers["D"].durables.statistics())
 
 
 def test_an_advertisement_flood_crossing_itself_as_its_root_fails_settles_later() -> None:

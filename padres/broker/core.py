@@ -196,7 +196,7 @@ class Broker:
     def close(self, hop: str) -> list[Out]:
         """A connection is gone: a client's subscriptions and advertisements go with it; for a
         neighbour, what was learned through it is withdrawn from the rest of the overlay."""
-        out = self._close(hop)
+        out = [(h, m) for h, m in self._close(hop) if h != hop]
         return self._tagged(out + self.durables.sync())
 
     def _close(self, hop: str) -> list[Out]:
@@ -210,8 +210,7 @@ class Broker:
             self.durables.detach(hop)
             for gid in [*session.subscriptions.values(), *session.composites.values()]:
                 out += self._drop_subscription(gid)
-            for aid, gid in session.advertisements.items():
-                self.journal.forget_tree(session.name, aid)
+            for gid in session.advertisements.values():
                 out += self._withdraw(gid)
             return out
         name = self._peers.pop(hop, None)
@@ -548,16 +547,21 @@ class Broker:
     def _advertise(self, adv: Advertisement, session: Session) -> list[Out]:
         if adv.id in session.advertisements:
             return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
-        gid = self.journal.tree_of(session.name, adv.id) or self._new_id()
+        # Each advertising gets an id of its own (a withdrawn one is not taken again), but an
+        # advertisement made again by the same publisher keeps its tree: positions in the
+        # journal stay meaningful to the durable subscriptions that follow it, and what they
+        # were recovering when the publisher left is asked for again when it is back.
+        gid = self._new_id()
+        tree_id = self.journal.tree_of(session.name, adv.id) or gid
         session.advertisements[adv.id] = gid
-        self.journal.remember_tree(session.name, adv.id, gid)
+        self.journal.remember_tree(session.name, adv.id, tree_id)
         mine = Advertisement(gid, adv.filter)
         hider = self._local_coverer(mine)
         out: list[Out] = []
         if hider is None:
-            self._local[gid] = LocalAdvertisement(session.hop, gid)
-            self.trees.add(mine, gid, session.hop, (self.id,))
-            out += self._flood(RouteAdvertise(mine, gid, (self.id,)))
+            self._local[gid] = LocalAdvertisement(session.hop, tree_id)
+            self.trees.add(mine, tree_id, session.hop, (self.id,))
+            out += self._flood(RouteAdvertise(mine, tree_id, (self.id,)))
         else:
             tree = self._local[hider].tree
             self._local[gid] = LocalAdvertisement(session.hop, tree, hidden_by=hider)

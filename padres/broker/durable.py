@@ -25,7 +25,9 @@ followed, a subscription asks for what was published since it was made (by the r
 against its broker's: they are assumed to agree), so that an advertisement reaching it late,
 across an overlay still linking up, costs nothing. Every ``REFRESH`` seconds each durable
 subscription also asks every root it follows again (``refresh``), so that a loss nothing else
-revealed is repaired within that time.
+revealed is repaired within that time; a recovery still unanswered after ``STALLED`` such
+rounds is asked again too (its answer is then ignored if it comes), so that no tree waits for
+ever on an answer lost on the way.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ from padres.matching import matches
 from padres.messages import Publication, Subscription
 from padres.protocol import Ack, Error, Notify, Recover, Recovered
 
-__all__ = ["DURABLE", "MAX_QUEUED", "MAX_QUEUED_BYTES", "REFRESH", "WINDOW", "Durables"]
+__all__ = [
+    "DURABLE",
+    "MAX_QUEUED",
+    "MAX_QUEUED_BYTES",
+    "REFRESH",
+    "STALLED",
+    "WINDOW",
+    "Durables",
+]
 
 DURABLE: Final = "(durable)"
 """The owner of the routes of durable subscriptions: their matches go to ``Durables``."""
@@ -55,6 +65,8 @@ MAX_QUEUED_BYTES: Final = 1 << 30
 """Bytes of deliveries a durable subscription keeps for its client, at most."""
 REFRESH: Final = 10.0
 """Seconds between two rounds of asking every followed tree's root for what was missed."""
+STALLED: Final = 6
+"""Rounds of ``refresh`` after which a recovery still unanswered is asked again."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,8 @@ class _Asked:
     """The settling token its answer completes."""
     hop: str
     """The neighbour it was sent to."""
+    round: int
+    """The round of ``refresh`` it was asked in."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ class Durables:
         self._by_gid: dict[str, _Durable] = {}
         self._passages: dict[str, _Passage] = {}
         """Recoveries on their way through this broker, by request id."""
+        self._round = 0
+        """How many rounds of ``refresh`` have been."""
 
     def __len__(self) -> int:
         return len(self._durables)
@@ -284,12 +300,17 @@ class Durables:
         return out
 
     def refresh(self) -> list[Out]:
-        """Ask again, for every tree followed and not being recovered, what was missed."""
+        """Ask again, for every tree followed, what was missed: where no recovery is under
+        way, or where one has waited ``STALLED`` rounds."""
+        self._round += 1
         out: list[Out] = []
         for durable in self._durables.values():
-            for tree in sorted(durable.contacted - durable.recovering.keys()):
+            for tree in sorted(durable.contacted):
+                asked = durable.recovering.get(tree)
+                if asked is not None and self._round - asked.round < STALLED:
+                    continue
                 cursor = durable.record.cursors.get(tree)
-                if cursor is not None:
+                if asked is not None or cursor is not None:
                     out += self._ask(durable, tree, cursor)
         return out
 
@@ -320,7 +341,7 @@ class Durables:
         token = self.settling.sent(tree.parent)
         if replaced is not None:
             self.settling.supersede(replaced.token, token)
-        durable.recovering[tree_id] = _Asked(request.request, token, tree.parent)
+        durable.recovering[tree_id] = _Asked(request.request, token, tree.parent, self._round)
         return [(tree.parent, request)]
 
     def _answer(self, request: Recover) -> Recovered:
