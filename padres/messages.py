@@ -2,18 +2,26 @@
 
 Every constructor checks the rules of the language and raises ``InvalidMessage`` naming what is
 wrong, so a message that exists is a valid one, however it was made (parsed, decoded, built).
+
+The messages are ``msgspec`` structs derived from ``WireMessage``: their declaration is also their
+JSON form (``padres.wire`` holds the codec). Filters and composite expressions have a compact
+JSON form of their own (lists of predicates), written and read by ``padres.wire``.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Final, TypeAlias
+from functools import cached_property
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn, TypeAlias, TypeGuard
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from padres.errors import InvalidMessage
 from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
@@ -21,9 +29,11 @@ from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 __all__ = [
     "MAX_PATTERNS",
     "TIME",
+    "VERSION",
     "Advertisement",
     "AllOf",
     "AnyOf",
+    "Attributes",
     "CompositeSubscription",
     "Expression",
     "Filter",
@@ -36,6 +46,7 @@ __all__ = [
     "Unsubscribe",
     "VarType",
     "Variable",
+    "WireMessage",
     "check_id",
     "check_value",
 ]
@@ -45,10 +56,57 @@ _ID: Final = re.compile(r"[^\s,\[\]{}()'\"]{1,256}")
 _INT64: Final = range(-(2**63), 2**63)
 MAX_PATTERNS: Final = 256
 """A composite subscription may expand to at most this many alternative conjunctions."""
+VERSION: Final = 1
+"""The protocol version every message carries as ``"v"``."""
+
+
+class WireMessage(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    forbid_unknown_fields=True,
+    repr_omit_defaults=True,
+    gc=False,
+):
+    """The base of every message: written as a JSON object with ``"type"`` (the class's tag),
+    its fields, and ``"v"``, the protocol version, which decoding checks (``padres.wire``).
+
+    A subclass declares its tag and fields; ``__post_init__`` checks what the types cannot, and
+    runs both when a message is built and when it is decoded. Messages hold no reference cycles,
+    so the garbage collector does not track them (``gc=False``): decoding many is cheaper."""
+
+    v: Literal[1] = VERSION
+
+
+class _Valid:
+    """Whether a string matches ``pattern``; the strings already found to, a bounded set, skip
+    the regular expression (messages carry the same names and ids again and again)."""
+
+    def __init__(self, pattern: re.Pattern[str], most: int = 4096) -> None:
+        self.pattern = pattern
+        self.most = most
+        self.seen: set[str] = set()
+
+    def __call__(self, text: object) -> TypeGuard[str]:
+        if type(text) is not str:
+            return False
+        if text in self.seen:
+            return True
+        if not self.pattern.fullmatch(text):
+            return False
+        if len(self.seen) >= self.most:
+            self.seen.clear()
+        self.seen.add(text)
+        return True
+
+
+_VALID_NAME: Final = _Valid(_NAME)
+_VALID_ID: Final = _Valid(_ID)
 
 
 def _check_name(name: object, what: str = "attribute name") -> str:
-    if type(name) is not str or not _NAME.fullmatch(name):
+    if not _VALID_NAME(name):
         raise InvalidMessage(
             f"invalid {what} {name!r}: use letters, digits, '_', '.', '-', "
             "starting with a letter or '_'"
@@ -57,7 +115,7 @@ def _check_name(name: object, what: str = "attribute name") -> str:
 
 
 def check_id(ident: object, what: str) -> str:
-    if type(ident) is not str or not _ID.fullmatch(ident):
+    if not _VALID_ID(ident):
         raise InvalidMessage(
             f"invalid {what} {ident!r}: 1 to 256 characters, no spaces, quotes, commas or brackets"
         )
@@ -80,6 +138,26 @@ def check_value(value: object, attribute: str) -> Value:
     raise InvalidMessage(
         f"value of {attribute!r} must be a string, integer, float or boolean, not {t.__name__}"
     )
+
+
+_FLOAT_MAX: Final = sys.float_info.max
+
+
+def _check_attributes(attrs: Mapping[str, object]) -> None:
+    """Check every name and value of a publication, quickly for the common ones."""
+    if not attrs.keys() <= _VALID_NAME.seen:
+        for name in attrs:
+            _check_name(name)
+    for name, value in attrs.items():
+        t = type(value)
+        if (
+            t is str
+            or t is bool
+            or (t is float and -_FLOAT_MAX <= value <= _FLOAT_MAX)  # type: ignore[operator]
+            or (t is int and value in _INT64)
+        ):
+            continue
+        check_value(value, name)  # raises, saying why
 
 
 class VarType(StrEnum):
@@ -202,25 +280,63 @@ class TimeWindow:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Filter:
+class _Immutable:
+    """Fields named by ``__match_args__``, set once by ``_set``; equality, hash, repr and
+    pickling over them.
+
+    The base of ``Filter``, ``AllOf`` and ``AnyOf``: their JSON form is not an object of their
+    fields, so they are plain classes that ``padres.wire`` maps by hand, not structs."""
+
+    __slots__ = ("_values",)
+    __match_args__: tuple[str, ...] = ()
+    _values: tuple[Any, ...]
+
+    def _set(self, *values: Any) -> None:
+        object.__setattr__(self, "_values", values)
+        for name, value in zip(self.__match_args__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(self._values)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return type(self), self._values
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+class Filter(_Immutable):
     """A conjunction of predicates, one of them ``[class, eq, '<name>']``, and an optional time
     window over the publications' timestamps (only subscriptions may have one)."""
 
+    __slots__ = ("predicates", "window")
+    __match_args__ = ("predicates", "window")
     predicates: tuple[Predicate, ...]
-    window: TimeWindow | None = None
+    window: TimeWindow | None
 
-    def __post_init__(self) -> None:
-        if not self.predicates:
+    def __init__(self, predicates: tuple[Predicate, ...], window: TimeWindow | None = None) -> None:
+        if not predicates:
             raise InvalidMessage("a filter needs at least one predicate")
-        if any(p.attribute == TIME for p in self.predicates):
+        if any(p.attribute == TIME for p in predicates):
             raise InvalidMessage(
                 "[time,...] is the publication timestamp: compare it with <, <=, > or >= "
                 "and a time ('2026-11-01T08:00' or now-1h)"
             )
-        classes = [p for p in self.predicates if p.attribute == "class"]
+        classes = [p for p in predicates if p.attribute == "class"]
         if len(classes) != 1 or classes[0].op is not Op.EQ or type(classes[0].value) is not str:
             raise InvalidMessage("a filter needs exactly one class predicate, [class,eq,'<name>']")
+        self._set(predicates, window)
 
     @property
     def class_name(self) -> str:
@@ -245,8 +361,7 @@ def _constant_filter(flt: Filter, what: str) -> Filter:
     return flt
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(WireMessage, frozen=True, tag="subscription"):
     id: str
     filter: Filter
 
@@ -255,8 +370,7 @@ class Subscription:
         _constant_filter(self.filter, "a subscription")
 
 
-@dataclass(frozen=True, slots=True)
-class Advertisement:
+class Advertisement(WireMessage, frozen=True, tag="advertisement"):
     id: str
     filter: Filter
 
@@ -265,29 +379,37 @@ class Advertisement:
         _constant_filter(self.filter, "an advertisement")
 
 
-@dataclass(frozen=True, slots=True)
-class AllOf:
+class _Junction(_Immutable):
+    __slots__ = ("parts",)
+    __match_args__ = ("parts",)
+    parts: tuple[Expression, ...]
+    _symbol = ""
+
+    def __init__(self, parts: tuple[Expression, ...]) -> None:
+        if len(parts) < 2:
+            raise InvalidMessage(f"'{self._symbol}' joins at least two parts")
+        self._set(parts)
+
+
+class AllOf(_Junction):
     """``a & b & ...``: every part must match, each by a different publication."""
 
-    parts: tuple[Expression, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.parts) < 2:
-            raise InvalidMessage("'&' joins at least two parts")
+    __slots__ = ()
+    _symbol = "&"
 
 
-@dataclass(frozen=True, slots=True)
-class AnyOf:
+class AnyOf(_Junction):
     """``a || b || ...``: one part must match."""
 
-    parts: tuple[Expression, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.parts) < 2:
-            raise InvalidMessage("'||' joins at least two parts")
+    __slots__ = ()
+    _symbol = "||"
 
 
-Expression: TypeAlias = Filter | AllOf | AnyOf
+if TYPE_CHECKING:
+    Expression: TypeAlias = Filter | AllOf | AnyOf
+else:
+    Expression = _Immutable
+    """At run time the common base class, so that the codec maps expressions as one type."""
 
 
 def _leaves(expr: Expression) -> Iterator[Filter]:
@@ -313,8 +435,9 @@ def _patterns(expr: Expression, first: int = 0) -> tuple[list[tuple[int, ...]], 
     return out, first
 
 
-@dataclass(frozen=True, slots=True)
-class CompositeSubscription:
+class CompositeSubscription(
+    WireMessage, frozen=True, dict=True, gc=True, tag="composite_subscription"
+):
     """Atomic filters combined with ``&`` and ``||``; variables bind equal values across parts.
 
     ``filters`` lists the atomic parts in the order written; ``patterns`` is the expression in
@@ -324,14 +447,11 @@ class CompositeSubscription:
 
     id: str
     expression: Expression
-    filters: tuple[Filter, ...] = field(init=False, repr=False, compare=False)
-    patterns: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_id(self.id, "subscription id")
-        filters = tuple(_leaves(self.expression))
         seen: dict[str, tuple[VarType, bool]] = {}
-        for leaf in filters:
+        for leaf in self.filters:
             for p in leaf.predicates:
                 var = p.variable
                 if var is None:
@@ -341,17 +461,36 @@ class CompositeSubscription:
                     raise InvalidMessage(
                         f"variable ${var.name} is used with different types or operators"
                     )
-        object.__setattr__(self, "filters", filters)
-        object.__setattr__(self, "patterns", tuple(_patterns(self.expression)[0]))
+        _ = self.patterns  # refuses an expression with too many alternatives
+
+    @cached_property
+    def filters(self) -> tuple[Filter, ...]:
+        return tuple(_leaves(self.expression))
+
+    @cached_property
+    def patterns(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_patterns(self.expression)[0])
 
 
-@dataclass(frozen=True, slots=True)
-class Publication:
+class Attributes(dict[str, Value]):
+    """A publication's attributes: a dict that refuses changes."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a publication's attributes cannot be changed")
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, Value]]]:
+        return Attributes, (dict(self),)
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+
+class Publication(WireMessage, frozen=True, tag="publication"):
     """An attribute/value set with a mandatory string ``class``, and a header."""
 
     id: str
     attributes: Mapping[str, Value]
-    timestamp: datetime
+    timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
     publisher: str = ""
 
     def __post_init__(self) -> None:
@@ -368,17 +507,15 @@ class Publication:
                     f"publication timestamp {self.timestamp.isoformat()} is out of range: "
                     "in UTC it falls outside the years 1 to 9999"
                 ) from None
-        attrs = dict(self.attributes)
+        attrs = Attributes(self.attributes)
         if TIME in attrs:
             raise InvalidMessage(
                 "'time' is the publication's timestamp, not an attribute: set the timestamp"
             )
-        for name, value in attrs.items():
-            _check_name(name)
-            check_value(value, name)
+        _check_attributes(attrs)
         if type(attrs.get("class")) is not str:
             raise InvalidMessage("a publication needs a string class: [class,'<name>']")
-        object.__setattr__(self, "attributes", MappingProxyType(attrs))
+        force_setattr(self, "attributes", attrs)
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -388,16 +525,14 @@ class Publication:
         return self.attributes["class"]  # type: ignore[return-value]
 
 
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
+class Unsubscribe(WireMessage, frozen=True, tag="unsubscribe"):
     subscription_id: str
 
     def __post_init__(self) -> None:
         check_id(self.subscription_id, "subscription id")
 
 
-@dataclass(frozen=True, slots=True)
-class Unadvertise:
+class Unadvertise(WireMessage, frozen=True, tag="unadvertise"):
     advertisement_id: str
 
     def __post_init__(self) -> None:

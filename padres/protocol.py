@@ -1,33 +1,35 @@
 """The messages brokers and clients exchange besides the language's own, and their frames.
 
 A connection carries frames; a frame is one JSON message object or a JSON array of them (a
-batch). Each message is an object with ``"v"`` and ``"type"``; the language's messages
-(publication, subscription, ...) are written by ``padres.wire``, the ones here add sessions,
-replies, deliveries and the routing messages brokers send each other. ``docs/protocol.md``
-describes every one of them.
+batch). The language's messages (publication, subscription, ...) are declared in
+``padres.messages``; the ones here add sessions, replies, deliveries and the routing messages
+brokers send each other. Each is a struct whose declaration is its JSON form (``padres.wire``):
+adding a message is declaring it and naming it in ``Envelope``. ``docs/protocol.md`` describes
+every one of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
+from typing import Annotated, Any, Final, TypeAlias
 
-import orjson
+import msgspec
 
-from padres.errors import DecodeError, InvalidMessage
+from padres.errors import InvalidMessage
 from padres.messages import (
     Advertisement,
     Message,
     Publication,
     Subscription,
+    WireMessage,
     check_id,
 )
-from padres.wire import MAX_MESSAGE_BYTES, VERSION, from_dict, load_json, to_dict
+from padres.wire import MAX_FRAME_BYTES, Codec, Rejected, encode_frame, to_dict
 from rete.operators import Value
 
 __all__ = [
+    "ENVELOPES",
     "MAX_FRAME_BYTES",
     "Ack",
     "CompositeNotify",
@@ -63,8 +65,8 @@ __all__ = [
     "websocket_url",
 ]
 
-MAX_FRAME_BYTES: Final = 4 * MAX_MESSAGE_BYTES
-"""A frame (one message or a batch) may not be larger than this."""
+Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
+"""A count, a sequence number or a journal position: never negative."""
 
 
 class Role(StrEnum):
@@ -72,8 +74,7 @@ class Role(StrEnum):
     BROKER = "broker"
 
 
-@dataclass(frozen=True, slots=True)
-class Hello:
+class Hello(WireMessage, frozen=True, tag="hello"):
     """The first message of a connection: who is connecting, as a client or as a broker."""
 
     name: str
@@ -85,16 +86,14 @@ class Hello:
             raise InvalidMessage(f"role must be 'client' or 'broker', not {self.role!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class Welcome:
+class Welcome(WireMessage, frozen=True, tag="welcome"):
     """The broker's answer to ``Hello``: its id and the session's name there."""
 
     broker: str
     session: str
 
 
-@dataclass(frozen=True, slots=True)
-class Ok:
+class Ok(WireMessage, frozen=True, tag="ok"):
     """A request (subscribe, advertise, ...) identified by ``ref`` was accepted.
 
     An advertisement or subscription is acknowledged once its routing has settled across the
@@ -104,16 +103,14 @@ class Ok:
     incomplete: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Error:
+class Error(WireMessage, frozen=True, tag="error"):
     """A message was refused; ``ref`` is its id when it had one, ``text`` says why."""
 
     text: str
     ref: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Notify:
+class Notify(WireMessage, frozen=True, tag="notify"):
     """A publication delivered to a client, with the ids of its subscriptions it matched.
 
     ``seq`` numbers the deliveries of a durable subscription (its only subscription then),
@@ -121,39 +118,35 @@ class Notify:
 
     publication: Publication
     subscriptions: tuple[str, ...]
-    seq: int = 0
+    seq: Count = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Guaranteed:
+class Guaranteed(WireMessage, frozen=True, tag="guaranteed"):
     """A publication to be delivered exactly once, in order, to every matching durable
     subscription. The broker answers ``Ok(publication.id)`` once it is on disk."""
 
     publication: Publication
 
 
-@dataclass(frozen=True, slots=True)
-class Durable:
+class Durable(WireMessage, frozen=True, tag="durable"):
     """Make, or resume, the durable subscription ``subscription`` (its id is its name).
 
     The broker keeps it and what it matches while the client is away; ``acked``: the client
     has everything up to that delivery number, the broker resends what follows."""
 
     subscription: Subscription
-    acked: int = 0
+    acked: Count = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(WireMessage, frozen=True, tag="ack"):
     """The client has processed the deliveries of durable subscription ``subscription`` up to
     ``seq``: the broker may forget them."""
 
     subscription: str
-    seq: int
+    seq: Count
 
 
-@dataclass(frozen=True, slots=True)
-class CompositeNotify:
+class CompositeNotify(WireMessage, frozen=True, tag="composite_notify"):
     """A composite subscription completed by ``publications`` under ``bindings``."""
 
     subscription: str
@@ -161,8 +154,7 @@ class CompositeNotify:
     bindings: Mapping[str, Value]
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+class Query(WireMessage, frozen=True, tag="query"):
     """Ask a broker for its routing tables: ``what`` is 'subscriptions' or 'advertisements'."""
 
     what: str
@@ -174,16 +166,14 @@ class Query:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class QueryResult:
+class QueryResult(WireMessage, frozen=True, tag="query_result"):
     """Rows of a routing table, as text: one row per entry."""
 
     what: str
     rows: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RouteAdvertise:
+class RouteAdvertise(WireMessage, frozen=True, tag="route_advertise"):
     """An advertisement flooded along ``tree``; ``path`` lists the brokers it has crossed.
 
     ``replay`` names the database that offers to replay what the advertisement describes; it
@@ -197,16 +187,14 @@ class RouteAdvertise:
     """The token the receiver echoes back once the advertisement has settled beyond it."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayOffer:
+class ReplayOffer(WireMessage, frozen=True, tag="replay_offer"):
     """A client (a database) offers to replay stored publications matching ``advertisement``;
     it is withdrawn with ``Unadvertise``."""
 
     advertisement: Advertisement
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayRequest:
+class ReplayRequest(WireMessage, frozen=True, tag="replay_request"):
     """A historic query on its way to ``database`` up the replay tree ``tree``.
 
     ``subscription`` holds the request's overlay-wide id and its filter with the time window.
@@ -219,8 +207,7 @@ class ReplayRequest:
     ready_at: float
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayBatch:
+class ReplayBatch(WireMessage, frozen=True, tag="replay_batch"):
     """Stored publications answering request ``request``, in time order, on the way back."""
 
     request: str
@@ -228,26 +215,24 @@ class ReplayBatch:
     publications: tuple[Publication, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayEnd:
+class ReplayEnd(WireMessage, frozen=True, tag="replay_end"):
     """``database`` finished request ``request`` after ``count`` publications, or failed
     (``error`` says why)."""
 
     request: str
     database: str
-    count: int
+    count: Count
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayDone:
+class ReplayDone(WireMessage, frozen=True, tag="replay_done"):
     """To a client: the past of ``subscription`` has been delivered (``count`` deliveries).
 
     ``databases`` answered in full; ``failed`` lists ``"<database>: <why>"`` for those that
     did not finish."""
 
     subscription: str
-    count: int
+    count: Count
     databases: tuple[str, ...]
     failed: tuple[str, ...] = ()
     live: bool = False
@@ -255,8 +240,7 @@ class ReplayDone:
     over and its id free again."""
 
 
-@dataclass(frozen=True, slots=True)
-class RouteUnadvertise:
+class RouteUnadvertise(WireMessage, frozen=True, tag="route_unadvertise"):
     """An advertisement withdrawn from ``tree``; ``lost``: withdrawn because a link failed."""
 
     advertisement_id: str
@@ -264,8 +248,7 @@ class RouteUnadvertise:
     lost: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RouteSubscribe:
+class RouteSubscribe(WireMessage, frozen=True, tag="route_subscribe"):
     """A subscription sent toward the roots of ``trees`` (advertisement trees)."""
 
     subscription: Subscription
@@ -274,14 +257,12 @@ class RouteSubscribe:
     """The token the receiver echoes back once the subscription has settled beyond it."""
 
 
-@dataclass(frozen=True, slots=True)
-class RouteUnsubscribe:
+class RouteUnsubscribe(WireMessage, frozen=True, tag="route_unsubscribe"):
     subscription_id: str
     trees: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Echo:
+class Echo(WireMessage, frozen=True, tag="echo"):
     """The answer to a routing message carrying ``echo``: what it set off has settled beyond
     the receiver; ``incomplete`` names links lost before it could."""
 
@@ -289,18 +270,16 @@ class Echo:
     incomplete: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class RoutePublish:
+class RoutePublish(WireMessage, frozen=True, tag="route_publish"):
     """A publication travelling down ``tree``, the tree of an advertisement it conforms to."""
 
     publication: Publication
     tree: str
-    position: int = 0
+    position: Count = 0
     """For a guaranteed publication: its position in the journal of the tree's root broker."""
 
 
-@dataclass(frozen=True, slots=True)
-class Recover:
+class Recover(WireMessage, frozen=True, tag="recover"):
     """A durable subscription's broker asks the root of ``tree`` for the guaranteed
     publications matching ``subscription`` after journal position ``after``, accepted at
     ``since`` (Unix seconds) or later."""
@@ -308,13 +287,12 @@ class Recover:
     request: str
     subscription: Subscription
     tree: str
-    after: int
-    limit: int = 1000
+    after: Count
+    limit: Annotated[int, msgspec.Meta(ge=1)] = 1000
     since: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Recovered:
+class Recovered(WireMessage, frozen=True, tag="recovered"):
     """The answer to ``Recover``, on its way back: publications with their positions.
 
     ``head`` is the journal's last position when it answered; ``more``: ask again after the
@@ -323,11 +301,18 @@ class Recovered:
     request: str
     tree: str
     publications: tuple[Publication, ...]
-    positions: tuple[int, ...]
-    head: int
+    positions: tuple[Count, ...]
+    head: Count
     more: bool = False
     lost: bool = False
     error: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.positions) != len(self.publications):
+            raise InvalidMessage(
+                f"{len(self.publications)} publications need as many positions, "
+                f"not {len(self.positions)}"
+            )
 
 
 Envelope: TypeAlias = (
@@ -359,410 +344,18 @@ Envelope: TypeAlias = (
 )
 
 
+ENVELOPES: Final[Codec[Envelope]] = Codec(Envelope)
+"""The codec of every message a connection carries."""
+
+
 def envelope_to_dict(message: Envelope) -> dict[str, Any]:
     """The message as a JSON-ready dict with ``v`` and ``type``."""
-    match message:
-        case Hello():
-            body: dict[str, Any] = {"name": message.name, "role": message.role.value}
-        case Welcome():
-            body = {"broker": message.broker, "session": message.session}
-        case Ok():
-            body = {"ref": message.ref}
-            if message.incomplete:
-                body["incomplete"] = list(message.incomplete)
-        case Error():
-            body = {"text": message.text, "ref": message.ref}
-        case Notify():
-            body = {
-                "publication": to_dict(message.publication),
-                "subscriptions": list(message.subscriptions),
-            }
-            if message.seq:
-                body["seq"] = message.seq
-        case CompositeNotify():
-            body = {
-                "subscription": message.subscription,
-                "publications": [to_dict(p) for p in message.publications],
-                "bindings": dict(message.bindings),
-            }
-        case Query():
-            body = {"what": message.what}
-        case QueryResult():
-            body = {"what": message.what, "rows": list(message.rows)}
-        case RouteAdvertise():
-            body = {
-                "advertisement": to_dict(message.advertisement),
-                "tree": message.tree,
-                "path": list(message.path),
-                "replay": message.replay,
-                "echo": message.echo,
-            }
-        case RouteUnadvertise():
-            body = {
-                "advertisement_id": message.advertisement_id,
-                "tree": message.tree,
-                "lost": message.lost,
-            }
-        case RouteSubscribe():
-            body = {
-                "subscription": to_dict(message.subscription),
-                "trees": list(message.trees),
-                "echo": message.echo,
-            }
-        case RouteUnsubscribe():
-            body = {"subscription_id": message.subscription_id, "trees": list(message.trees)}
-        case RoutePublish():
-            body = {"publication": to_dict(message.publication), "tree": message.tree}
-            if message.position:
-                body["position"] = message.position
-        case Guaranteed():
-            body = {"publication": to_dict(message.publication)}
-        case Durable():
-            body = {"subscription": to_dict(message.subscription), "acked": message.acked}
-        case Ack():
-            body = {"subscription": message.subscription, "seq": message.seq}
-        case Recover():
-            body = {
-                "request": message.request,
-                "subscription": to_dict(message.subscription),
-                "tree": message.tree,
-                "after": message.after,
-                "limit": message.limit,
-                "since": message.since,
-            }
-        case Recovered():
-            body = {
-                "request": message.request,
-                "tree": message.tree,
-                "publications": [to_dict(p) for p in message.publications],
-                "positions": list(message.positions),
-                "head": message.head,
-                "more": message.more,
-                "lost": message.lost,
-                "error": message.error,
-            }
-        case Echo():
-            body = {"token": message.token, "incomplete": list(message.incomplete)}
-        case ReplayOffer():
-            body = {"advertisement": to_dict(message.advertisement)}
-        case ReplayRequest():
-            body = {
-                "subscription": to_dict(message.subscription),
-                "tree": message.tree,
-                "database": message.database,
-                "ready_at": message.ready_at,
-            }
-        case ReplayBatch():
-            body = {
-                "request": message.request,
-                "database": message.database,
-                "publications": [to_dict(p) for p in message.publications],
-            }
-        case ReplayEnd():
-            body = {
-                "request": message.request,
-                "database": message.database,
-                "count": message.count,
-                "error": message.error,
-            }
-        case ReplayDone():
-            body = {
-                "subscription": message.subscription,
-                "count": message.count,
-                "databases": list(message.databases),
-                "failed": list(message.failed),
-                "live": message.live,
-            }
-        case _:
-            return to_dict(message)
-    return {"v": VERSION, "type": _TYPES[type(message)], **body}
-
-
-# -- decoding ------------------------------------------------------------------------------------
-
-
-class _Fields:
-    """Typed access to one decoded object's fields, naming the path of a bad one."""
-
-    def __init__(self, obj: dict[str, Any], allowed: Iterable[str]) -> None:
-        extra = sorted(set(obj) - set(allowed) - {"v", "type"})
-        if extra:
-            raise DecodeError(f"unknown field {extra[0]!r}")
-        self.obj = obj
-
-    def get(self, key: str, kind: type, default: Any = ...) -> Any:
-        if key not in self.obj:
-            if default is ...:
-                raise DecodeError(f"missing field {key!r}")
-            return default
-        value = self.obj[key]
-        if type(value) is not kind:
-            raise DecodeError(
-                f"must be {kind.__name__}, not {type(value).__name__}", path=f"$.{key}"
-            )
-        return value
-
-    def number(self, key: str) -> int | float:
-        value = self.obj.get(key)
-        if type(value) is not int and type(value) is not float:
-            raise DecodeError("must be a number", path=f"$.{key}")
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        items = self.get(key, list)
-        for i, item in enumerate(items):
-            if type(item) is not str:
-                raise DecodeError("must be a string", path=f"$.{key}[{i}]")
-        return tuple(items)
-
-    def message(self, key: str, kind: type[Any]) -> Any:
-        return _nested(self.get(key, dict), kind, f"$.{key}")
-
-
-def _nested(obj: Any, kind: type[Any], path: str) -> Any:
-    """A language message inside another, of type ``kind``; errors name their full path."""
-    try:
-        inner = from_dict(obj)
-    except DecodeError as exc:
-        raise DecodeError(exc.reason, path=f"{path}{exc.path[1:]}") from None
-    if not isinstance(inner, kind):
-        raise DecodeError(f"must be a {kind.__name__.lower()}", path=path)
-    return inner
-
-
-def _bindings(f: _Fields) -> dict[str, Value]:
-    out = f.get("bindings", dict)
-    for name, value in out.items():
-        if type(value) not in (str, int, float, bool):
-            raise DecodeError("a binding is a string, number or boolean", path=f"$.bindings.{name}")
-    return out  # type: ignore[no-any-return]
-
-
-_BUILDERS: Final[dict[str, tuple[tuple[str, ...], Callable[[_Fields], Envelope]]]] = {
-    "hello": (("name", "role"), lambda f: Hello(f.get("name", str), Role(f.get("role", str)))),
-    "welcome": (
-        ("broker", "session"),
-        lambda f: Welcome(f.get("broker", str), f.get("session", str)),
-    ),
-    "ok": (
-        ("ref", "incomplete"),
-        lambda f: Ok(f.get("ref", str), f.strings("incomplete") if "incomplete" in f.obj else ()),
-    ),
-    "error": (("text", "ref"), lambda f: Error(f.get("text", str), f.get("ref", str, ""))),
-    "notify": (
-        ("publication", "subscriptions", "seq"),
-        lambda f: Notify(
-            f.message("publication", Publication), f.strings("subscriptions"), f.get("seq", int, 0)
-        ),
-    ),
-    "guaranteed": (
-        ("publication",),
-        lambda f: Guaranteed(f.message("publication", Publication)),
-    ),
-    "durable": (
-        ("subscription", "acked"),
-        lambda f: Durable(f.message("subscription", Subscription), f.get("acked", int, 0)),
-    ),
-    "ack": (("subscription", "seq"), lambda f: Ack(f.get("subscription", str), f.get("seq", int))),
-    "recover": (
-        ("request", "subscription", "tree", "after", "limit", "since"),
-        lambda f: Recover(
-            f.get("request", str),
-            f.message("subscription", Subscription),
-            f.get("tree", str),
-            f.get("after", int),
-            f.get("limit", int, 1000),
-            float(f.number("since")) if "since" in f.obj else 0.0,
-        ),
-    ),
-    "recovered": (
-        ("request", "tree", "publications", "positions", "head", "more", "lost", "error"),
-        lambda f: Recovered(
-            f.get("request", str),
-            f.get("tree", str),
-            tuple(_publications(f)),
-            _ints(f, "positions"),
-            f.get("head", int),
-            f.get("more", bool, False),
-            f.get("lost", bool, False),
-            f.get("error", str, ""),
-        ),
-    ),
-    "composite_notify": (
-        ("subscription", "publications", "bindings"),
-        lambda f: CompositeNotify(
-            f.get("subscription", str),
-            tuple(_publications(f)),
-            _bindings(f),
-        ),
-    ),
-    "query": (("what",), lambda f: Query(f.get("what", str))),
-    "query_result": (
-        ("what", "rows"),
-        lambda f: QueryResult(f.get("what", str), f.strings("rows")),
-    ),
-    "route_advertise": (
-        ("advertisement", "tree", "path", "replay", "echo"),
-        lambda f: RouteAdvertise(
-            f.message("advertisement", Advertisement),
-            f.get("tree", str),
-            f.strings("path"),
-            f.get("replay", str, ""),
-            f.get("echo", str, ""),
-        ),
-    ),
-    "route_unadvertise": (
-        ("advertisement_id", "tree", "lost"),
-        lambda f: RouteUnadvertise(
-            f.get("advertisement_id", str), f.get("tree", str), f.get("lost", bool, False)
-        ),
-    ),
-    "route_subscribe": (
-        ("subscription", "trees", "echo"),
-        lambda f: RouteSubscribe(
-            f.message("subscription", Subscription), f.strings("trees"), f.get("echo", str, "")
-        ),
-    ),
-    "route_unsubscribe": (
-        ("subscription_id", "trees"),
-        lambda f: RouteUnsubscribe(f.get("subscription_id", str), f.strings("trees")),
-    ),
-    "route_publish": (
-        ("publication", "tree", "position"),
-        lambda f: RoutePublish(
-            f.message("publication", Publication), f.get("tree", str), f.get("position", int, 0)
-        ),
-    ),
-    "echo": (
-        ("token", "incomplete"),
-        lambda f: Echo(
-            f.get("token", str), f.strings("incomplete") if "incomplete" in f.obj else ()
-        ),
-    ),
-    "replay_offer": (
-        ("advertisement",),
-        lambda f: ReplayOffer(f.message("advertisement", Advertisement)),
-    ),
-    "replay_request": (
-        ("subscription", "tree", "database", "ready_at"),
-        lambda f: ReplayRequest(
-            f.message("subscription", Subscription),
-            f.get("tree", str),
-            f.get("database", str),
-            float(f.number("ready_at")),
-        ),
-    ),
-    "replay_batch": (
-        ("request", "database", "publications"),
-        lambda f: ReplayBatch(
-            f.get("request", str), f.get("database", str), tuple(_publications(f))
-        ),
-    ),
-    "replay_end": (
-        ("request", "database", "count", "error"),
-        lambda f: ReplayEnd(
-            f.get("request", str),
-            f.get("database", str),
-            f.get("count", int),
-            f.get("error", str, ""),
-        ),
-    ),
-    "replay_done": (
-        ("subscription", "count", "databases", "failed", "live"),
-        lambda f: ReplayDone(
-            f.get("subscription", str),
-            f.get("count", int),
-            f.strings("databases"),
-            f.strings("failed") if "failed" in f.obj else (),
-            f.get("live", bool, False),
-        ),
-    ),
-}
-
-_TYPES: Final[dict[type, str]] = {
-    Hello: "hello",
-    Welcome: "welcome",
-    Ok: "ok",
-    Error: "error",
-    Notify: "notify",
-    CompositeNotify: "composite_notify",
-    Query: "query",
-    QueryResult: "query_result",
-    RouteAdvertise: "route_advertise",
-    RouteUnadvertise: "route_unadvertise",
-    RouteSubscribe: "route_subscribe",
-    RouteUnsubscribe: "route_unsubscribe",
-    RoutePublish: "route_publish",
-    Echo: "echo",
-    Guaranteed: "guaranteed",
-    Durable: "durable",
-    Ack: "ack",
-    Recover: "recover",
-    Recovered: "recovered",
-    ReplayOffer: "replay_offer",
-    ReplayRequest: "replay_request",
-    ReplayBatch: "replay_batch",
-    ReplayEnd: "replay_end",
-    ReplayDone: "replay_done",
-}
-
-
-def _ints(f: _Fields, key: str) -> tuple[int, ...]:
-    items = f.get(key, list)
-    for i, item in enumerate(items):
-        if type(item) is not int:
-            raise DecodeError("must be an integer", path=f"$.{key}[{i}]")
-    return tuple(items)
-
-
-def _publications(f: _Fields) -> list[Publication]:
-    items = f.get("publications", list)
-    return [_nested(item, Publication, f"$.publications[{i}]") for i, item in enumerate(items)]
+    return to_dict(message)
 
 
 def envelope_from_dict(obj: Any) -> Envelope:
     """The message a decoded JSON object describes; raises ``DecodeError``."""
-    kind = obj.get("type") if type(obj) is dict else None
-    if type(kind) is str and kind in _BUILDERS:
-        if obj.get("v") != VERSION or type(obj.get("v")) is not int:
-            raise DecodeError(
-                f"unsupported version {obj.get('v')!r} (this side speaks {VERSION})", path="$.v"
-            )
-        allowed, build = _BUILDERS[kind]
-        try:
-            return build(_Fields(obj, allowed))
-        except DecodeError:
-            raise
-        except (InvalidMessage, ValueError) as exc:
-            raise DecodeError(str(exc)) from None
-    return from_dict(obj)
-
-
-def websocket_url(url: str) -> str:
-    """``ws://host:port`` or ``ws://host:port/ws``: a broker's WebSocket endpoint."""
-    url = url.rstrip("/")
-    return url if url.endswith("/ws") else f"{url}/ws"
-
-
-def encode_frame(messages: Iterable[Envelope]) -> bytes:
-    """One frame holding ``messages``: a JSON array (a batch)."""
-    return orjson.dumps([envelope_to_dict(m) for m in messages])
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """A message of a frame that did not decode: why, and the id it carried if any."""
-
-    error: DecodeError
-    ref: str = ""
-
-
-def _ref(item: Any) -> str:
-    if type(item) is dict:
-        for key in ("id", "subscription_id", "advertisement_id"):
-            if type(item.get(key)) is str:
-                return item[key]  # type: ignore[no-any-return]
-    return ""
+    return ENVELOPES.from_dict(obj)
 
 
 def decode_frame(
@@ -772,12 +365,10 @@ def decode_frame(
 
     A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
     """
-    obj = load_json(data, max_bytes, "frame")
-    items = obj if type(obj) is list else [obj]
-    out: list[Envelope | Rejected] = []
-    for item in items:
-        try:
-            out.append(envelope_from_dict(item))
-        except DecodeError as exc:
-            out.append(Rejected(exc, _ref(item)))
-    return out
+    return ENVELOPES.decode_frame(data, max_bytes)
+
+
+def websocket_url(url: str) -> str:
+    """``ws://host:port`` or ``ws://host:port/ws``: a broker's WebSocket endpoint."""
+    url = url.rstrip("/")
+    return url if url.endswith("/ws") else f"{url}/ws"

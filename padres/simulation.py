@@ -3,7 +3,9 @@
 Every link (broker to broker, client to broker, broker to client) is a FIFO queue, as a
 WebSocket is. ``run`` delivers queued messages one at a time, choosing the next link at random
 from a seeded generator, so the same seed replays the same interleaving, and different seeds
-explore different ones. Tests and ``padres bench overlay`` drive it.
+explore different ones. Every message is encoded and decoded on its way, as a connection
+would, so what the simulation checks is what crosses the wire. Tests and
+``padres bench overlay`` drive it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from padres.broker import Broker, Covering
 from padres.journal import Journal
 from padres.messages import Publication
 from padres.protocol import (
+    ENVELOPES,
     CompositeNotify,
     Envelope,
     Error,
@@ -27,6 +30,7 @@ from padres.protocol import (
     RoutePublish,
     Welcome,
 )
+from padres.wire import encode
 from rete import CompositeLimits
 
 __all__ = ["SimClient", "Simulation"]
@@ -227,6 +231,7 @@ class Simulation:
             self._enqueue(source, hop, message)
 
     def _enqueue(self, source: str, target: str, message: Envelope) -> None:
+        message = ENVELOPES.decode(encode(message))  # what the receiver reads
         key = (source, target)
         queue = self._queues.get(key)
         if queue is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import typing
 from datetime import UTC, datetime
 
 import orjson
 import pytest
 
 from padres.errors import DecodeError
+from padres.messages import Unadvertise, Unsubscribe
 from padres.parser import (
     parse_advertisement,
     parse_composite,
@@ -16,16 +18,26 @@ from padres.parser import (
 )
 from padres.protocol import (
     MAX_FRAME_BYTES,
+    Ack,
     CompositeNotify,
+    Durable,
     Echo,
     Envelope,
     Error,
+    Guaranteed,
     Hello,
     Notify,
     Ok,
     Query,
     QueryResult,
+    Recover,
+    Recovered,
     Rejected,
+    ReplayBatch,
+    ReplayDone,
+    ReplayEnd,
+    ReplayOffer,
+    ReplayRequest,
     Role,
     RouteAdvertise,
     RoutePublish,
@@ -68,10 +80,27 @@ MESSAGES: list[Envelope] = [
     RoutePublish(_PUB, "t1"),
     parse_composite("{[class,eq,'A'],[k,eq,$X]} & {[class,eq,'B'],[k,eq,$X]}", id="c1"),
     _PUB,
+    parse_subscription("[class,eq,'Order'],[time,>=,'2026-01-01T08:00']", id="s3"),
+    parse_advertisement("[class,eq,'Order']", id="a1"),
+    Unsubscribe("s3"),
+    Unadvertise("a1"),
+    Guaranteed(_PUB),
+    Durable(parse_subscription("[class,eq,'Order']", id="orders"), acked=41),
+    Notify(_PUB, ("orders",), seq=42),
+    Ack("orders", 42),
+    Recover("r1", parse_subscription("[class,eq,'Order']", id="B2#d.1"), "t1", 7, 500, 1.5),
+    Recovered("r1", "t1", (_PUB,), (8,), 9, more=True),
+    ReplayOffer(parse_advertisement("[class,eq,'Order']", id="db")),
+    ReplayRequest(parse_subscription("[class,eq,'Order']", id="B1#h.1"), "t2", "DB1", 12.5),
+    ReplayBatch("B1#h.1", "DB1", (_PUB, _PUB)),
+    ReplayEnd("B1#h.1", "DB1", 2, "disk full"),
+    ReplayDone("s3", 2, ("DB1",), ("DB2: link lost",), live=True),
+    RoutePublish(_PUB, "t1", position=8),
 ]
 
 
 def test_every_message_survives_a_frame_round_trip() -> None:
+    assert {type(m) for m in MESSAGES} == set(typing.get_args(Envelope))
     assert decode_frame(encode_frame(MESSAGES)) == MESSAGES
 
 

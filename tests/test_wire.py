@@ -52,7 +52,7 @@ def test_publication_envelope() -> None:
         "type": "publication",
         "id": "p1",
         "publisher": "c1",
-        "timestamp": "2026-11-21T13:44:02+00:00",
+        "timestamp": "2026-11-21T13:44:02Z",
         "attributes": {"class": "STOCK", "open": 63.3, "n": 2, "ok": True},
     }
 
@@ -96,7 +96,7 @@ def test_decode_errors_name_the_field(change: dict[str, object], path: str, reas
     ("data", "reason"),
     [
         (b"{not json", "not valid JSON"),
-        (b"[1, 2]", "a message is a JSON object, not list"),
+        (b"[1, 2]", "a message is a JSON object, not array"),
         (
             b'{"v": 1, "type": "publication", "id": "p1", "attributes": {"class": "A"}}',
             "missing field 'timestamp'",
@@ -116,7 +116,7 @@ def test_decode_errors_name_the_field(change: dict[str, object], path: str, reas
         (
             b'{"v":1,"type":"publication","id":"p1","timestamp":"2026-01-01T00:00:00Z",'
             b'"attributes":{"class":"A","x":null}}',
-            "must be a string, integer, float or boolean, not NoneType",
+            "must be bool | int | float | str, not null",
         ),
         (
             b'{"v":1,"type":"composite_subscription","id":"s1","expression":{"all":[]}}',

@@ -23,9 +23,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-import orjson
-
-from padres.protocol import Envelope, Error, envelope_to_dict
+from padres.protocol import Envelope, Error
+from padres.wire import encode
 
 __all__ = ["FRAME_BYTES", "GRACE", "Outbox", "encode"]
 
@@ -33,11 +32,6 @@ FRAME_BYTES: Final = 256 * 1024
 """A frame holds messages up to this many bytes (a larger message goes alone)."""
 GRACE: Final = 10.0
 """Seconds a connection given up on has to take its last message and close frame."""
-
-
-def encode(message: Envelope) -> bytes:
-    """One message as it goes in a frame."""
-    return orjson.dumps(envelope_to_dict(message))
 
 
 class Outbox:
