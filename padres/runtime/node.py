@@ -28,12 +28,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from itertools import count
 from typing import Any, Final
 
@@ -43,10 +43,12 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from padres.backoff import Backoff
 from padres.broker import Broker, Out
 from padres.errors import DecodeError
 from padres.protocol import (
     MAX_FRAME_BYTES,
+    Envelope,
     Error,
     Hello,
     Rejected,
@@ -56,12 +58,10 @@ from padres.protocol import (
 )
 from padres.runtime.outbox import Outbox, encode
 
-__all__ = ["BrokerNode", "Limits"]
+__all__ = ["EXTENSIONS", "BrokerNode", "Limits", "Observer"]
 
 log = logging.getLogger("padres.broker")
 
-BACKOFF_FIRST: Final = 0.1
-BACKOFF_MAX: Final = 5.0
 TICK: Final = 1.0
 """Seconds between calls of ``Broker.tick`` (and checks for clients to evict)."""
 SOCKET_BUFFER: Final = 256 * 1024
@@ -69,6 +69,13 @@ SOCKET_BUFFER: Final = 256 * 1024
 a pong (the kernel doubles it)."""
 LINK_FRAMES: Final = 4
 """Frames a dialled link buffers before it stops reading from the socket."""
+EXTENSIONS: Final = "padres.node"
+"""Entry-point group of the packages that extend every broker node (the web API registers
+``web:install`` there): each is called with the node before it serves."""
+
+Observer = Callable[[str, Envelope, list[Out], float], None]
+"""Called after the core handled a message: the hop it came from, the message, what the core
+sent for it, and the seconds the core took."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +143,14 @@ class BrokerNode:
         self._reading = asyncio.Event()
         self._reading.set()
         self._hops = count(1)
+        self._leaving: set[asyncio.Task[None]] = set()
         self._server: uvicorn.Server | None = None
+        self.address: tuple[str, int] | None = None
+        """Where the node serves, once it does: host and port."""
+        self.observers: list[Observer] = []
+        self.services: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        """Tasks that run while the node serves (started with it, cancelled with it)."""
+        self._extended = False
         self.app = self._build_app()
 
     # -- serving -----------------------------------------------------------------------------
@@ -187,6 +201,7 @@ class BrokerNode:
         self, host: str = "127.0.0.1", port: int = 0, ready: Callable[[int], None] | None = None
     ) -> None:
         """Serve until cancelled; ``ready`` gets the bound port once clients may connect."""
+        self._extend()
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _small_buffers(sock)  # accepted connections inherit them
@@ -203,9 +218,11 @@ class BrokerNode:
         )
         self._server = uvicorn.Server(config)
         bound = sock.getsockname()[1]
+        self.address = (host, bound)
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(self._dial(url)) for url in self.neighbors]
         tasks.append(loop.create_task(self._tick()))
+        tasks += [loop.create_task(service()) for service in self.services]
         serving = loop.create_task(self._server.serve(sockets=[sock]))
         try:
             while not self._server.started:
@@ -222,6 +239,14 @@ class BrokerNode:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
+
+    def _extend(self) -> None:
+        """Let the installed extensions (``EXTENSIONS``) add to this node, once."""
+        if self._extended:
+            return
+        self._extended = True
+        for extension in entry_points(group=EXTENSIONS):
+            extension.load()(self)
 
     async def _tick(self) -> None:
         while True:
@@ -242,6 +267,44 @@ class BrokerNode:
     ) -> None:
         """A new connection: a client queue until its ``hello`` says it is a broker."""
         self._boxes[hop] = Outbox(send, close, limit=self.limits.client_queue)
+
+    def attach(
+        self,
+        send: Callable[[bytes], Awaitable[None]],
+        close: Callable[[int, str], Awaitable[None]],
+    ) -> str:
+        """An in-process client connection (the web API's sessions): returns its hop. What
+        the core sends it goes to ``send`` in frames, through a bounded client queue as for a
+        socket (a reader too slow for it is evicted: ``close`` is called); ``submit`` hands
+        the core its messages, ``detach`` ends it."""
+        hop = f"l{next(self._hops)}"
+        self._open(hop, send, close)
+        self._boxes[hop].gone.add_done_callback(lambda _: self._ended(hop))
+        return hop
+
+    def _ended(self, hop: str) -> None:
+        """An attached connection's queue gave up on it (eviction): the session is over."""
+        if hop in self._boxes:
+            task = asyncio.get_running_loop().create_task(self._hang_up(hop))
+            self._leaving.add(task)
+            task.add_done_callback(self._leaving.discard)
+
+    async def detach(self, hop: str) -> None:
+        """End an attached connection: the core closes its session."""
+        await self._hang_up(hop)
+
+    def queues(self) -> dict[str, dict[str, Any]]:
+        """Every connection's queue now: hop -> its counts, bytes and messages queued, and
+        whether it is a link to a neighbour."""
+        return {
+            hop: {
+                **box.counts(),
+                "queued": len(box),
+                "queued_bytes": box.size,
+                "link": hop in self._links,
+            }
+            for hop, box in self._boxes.items()
+        }
 
     def _link(self, hop: str) -> None:
         """``hop`` is a neighbour broker: its queue becomes a link queue, never thinned."""
@@ -317,7 +380,7 @@ class BrokerNode:
 
     async def _dial(self, url: str) -> None:
         """Keep a link to ``url``: dial, serve it, and dial again when it is lost."""
-        delay = BACKOFF_FIRST
+        backoff = Backoff()
         while True:
             try:
                 async with connect(
@@ -330,7 +393,7 @@ class BrokerNode:
                     compression=None,
                 ) as ws:
                     log.info("%s: linked to %s", self.broker.id, url)
-                    delay = BACKOFF_FIRST
+                    backoff.reset()
                     await self._serve_link(ws)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 log.info("%s: link to %s: %s", self.broker.id, url, exc or type(exc).__name__)
@@ -339,8 +402,7 @@ class BrokerNode:
                 return
             except Exception:  # whatever went wrong, the link is dialled again
                 log.exception("%s: link to %s failed", self.broker.id, url)
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(2 * delay, BACKOFF_MAX)
+            await backoff.wait()
 
     async def _serve_link(self, ws: ClientConnection) -> None:
         _small_buffers(ws.transport.get_extra_info("socket"))
@@ -389,13 +451,18 @@ class BrokerNode:
             log.exception("%s: failed on a frame from %s", self.broker.id, hop)
 
     def _receive(self, hop: str, data: bytes | str) -> None:
-        now = time.time()
         try:
             items = decode_frame(data)
         except DecodeError as exc:
             self.rejected += 1
             self._dispatch([(hop, Error(f"frame refused: {exc}"))])
             return
+        self.submit(hop, items)
+
+    def submit(self, hop: str, items: Sequence[Envelope | Rejected]) -> None:
+        """Hand the core the messages of one frame from ``hop``, in order, and send what it
+        answers."""
+        now = time.time()
         outs: list[Out] = []
         for item in items:
             if isinstance(item, Rejected):
@@ -404,7 +471,12 @@ class BrokerNode:
                 continue
             self.received += 1
             try:
-                outs += self.broker.handle(item, hop, now)
+                started = time.perf_counter()
+                handled = self.broker.handle(item, hop, now)
+                took = time.perf_counter() - started
+                outs += handled
+                for observe in self.observers:
+                    observe(hop, item, handled, took)
             except Exception as exc:  # a bug must cost one message, not the broker
                 log.exception("%s: failed on a message from %s", self.broker.id, hop)
                 outs.append((hop, Error(f"internal error: {type(exc).__name__}: {exc}")))

@@ -1,0 +1,54 @@
+"""Request bodies the API declares (the publication bodies are read by hand: PADRES text or
+JSON, see ``publishing``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AdvertisementBody", "StoreBody", "SubscriptionBody", "TraceBody"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdvertisementBody(_Strict):
+    filter: str | list[list[Any]] = Field(
+        description="PADRES text, or the wire format's list of predicates",
+        examples=["[class,eq,'STOCK'],[price,isPresent,0]"],
+    )
+    client: str = Field("web", description="the publisher that advertises")
+
+
+class SubscriptionBody(_Strict):
+    filter: str | list[list[Any]] | None = Field(
+        None,
+        description="an atomic subscription: PADRES text or wire predicates",
+        examples=["[class,eq,'STOCK'],[price,>,10]"],
+    )
+    expression: str | dict[str, Any] | None = Field(
+        None,
+        description="a composite subscription: PADRES text ({...} & {...}) or a wire expression",
+    )
+    durable: bool = Field(
+        False, description="the broker keeps its deliveries while no stream reads it"
+    )
+    name: str | None = Field(
+        None, description="the subscription's id (a durable subscription's name); made up if absent"
+    )
+
+
+class StoreBody(_Strict):
+    filter: str = Field(description="what to store or stop storing (PADRES text)")
+
+
+class TraceBody(_Strict):
+    filter: str | None = Field(
+        None, description="trace the next publications matching this (PADRES text)"
+    )
+    publication: str | dict[str, Any] | None = Field(
+        None, description="publish this (PADRES text or attributes) and trace it"
+    )
+    client: str = Field("web", description="the publisher of 'publication'")

@@ -1,0 +1,179 @@
+"""``/api/v1/broker``, ``/api/v1/routing`` and ``/api/v1/databases``: what this broker holds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from fastapi import APIRouter, Query
+
+from padres.messages import Publication, Subscription
+from padres.parser import parse_filter
+from padres.printer import format_filter
+from padres.protocol import Notify
+from web.bodies import StoreBody
+from web.clients import Clients, ask, open_session
+from web.inputs import advertisement_from, filter_from
+from web.pages import token, untoken
+from web.problems import Problem
+from web.session import SessionClosed
+
+__all__ = ["CONTROL_TIMEOUT", "broker_info", "databases", "router"]
+
+CONTROL_TIMEOUT: Final = 10.0
+"""Seconds a STORE or STOP waits for the database's answer."""
+TABLES: Final = {"prt": "subscriptions", "srt": "advertisements"}
+"""PADRES' names: the publication routing table holds subscriptions, the subscription routing
+table advertisements."""
+CONTROL_ADVERTISEMENT: Final = (
+    "[class,eq,'DB_CONTROL'],[db,isPresent,''],[command,isPresent,''],"
+    "[spec,isPresent,''],[request,isPresent,'']"
+)
+
+
+def peer_names(clients: Clients) -> dict[str, str]:
+    """hop -> the broker or client on it."""
+    broker = clients.node.broker
+    names = {hop: s.name for hop, s in broker.sessions.items()}
+    return names | broker.peers
+
+
+def broker_info(clients: Clients) -> dict[str, Any]:
+    node = clients.node
+    names = peer_names(clients)
+    queues = node.queues()
+    status = node.status()
+    return {
+        "id": node.broker.id,
+        "uptime": status["uptime"],
+        "neighbors": [
+            {"id": names.get(hop, hop), "hop": hop, **q} for hop, q in queues.items() if q["link"]
+        ],
+        "clients": [
+            {"name": names.get(hop, hop), "hop": hop, **q}
+            for hop, q in queues.items()
+            if not q["link"]
+        ],
+        "queues": {k: status[k] for k in ("queued", "queued_bytes", "dropped", "evicted")},
+        "status": status,
+    }
+
+
+def databases(clients: Clients) -> dict[str, list[str]]:
+    """The databases that offer replay in the overlay, and what each stores (its offers)."""
+    found: dict[str, list[str]] = {}
+    for tree in clients.node.broker.archives:
+        for adv in tree.advertisements.values():
+            found.setdefault(tree.replay, []).append(format_filter(adv.filter))
+    return {name: sorted(specs) for name, specs in sorted(found.items())}
+
+
+def router(clients: Clients) -> APIRouter:
+    api = APIRouter(prefix="/api/v1", tags=["broker"])
+    advertising = asyncio.Lock()
+    advertised: set[str] = set()
+
+    @api.get("/broker")
+    async def broker() -> dict[str, Any]:
+        """This broker: its id, neighbours, clients, uptime and queues."""
+        return broker_info(clients)
+
+    @api.get("/routing")
+    async def routing(
+        table: Literal["prt", "srt"] = Query(
+            "prt", description="prt: subscriptions; srt: advertisements"
+        ),
+        search: str = Query("", description="only rows holding this text (any case)"),
+        page_size: int = Query(100, ge=1, le=10_000),
+        page_token: str | None = Query(None),
+    ) -> dict[str, Any]:
+        """A routing table of this broker, searchable, a page at a time."""
+        session = await clients.publisher("web")
+        rows = list(await session.query(TABLES[table]))
+        if search:
+            rows = [r for r in rows if search.lower() in r.lower()]
+        offset = 0
+        if page_token is not None:
+            key, offset = untoken(page_token)
+            if key != f"{table}|{search}":
+                raise Problem(400, "invalid page token", "the token is for another listing")
+        page = rows[offset : offset + page_size]
+        following = offset + len(page)
+        return {
+            "broker": clients.node.broker.id,
+            "table": table,
+            "rows": page,
+            "total": len(rows),
+            "next_page_token": (
+                token(f"{table}|{search}", following) if following < len(rows) else None
+            ),
+        }
+
+    @api.get("/databases")
+    async def listing() -> list[dict[str, Any]]:
+        """The databases of the overlay, learned from their replay offers, and what each
+        stores."""
+        return [{"id": name, "stores": specs} for name, specs in databases(clients).items()]
+
+    async def command(db: str, verb: str, spec: str) -> dict[str, Any]:
+        flt = filter_from(spec)
+        known = {name.split("@")[0] for name in databases(clients)}
+        if db not in known:
+            raise Problem(404, "no such database", f"no database {db!r} offers replay here")
+        publisher = await clients.publisher("web")
+        async with advertising:
+            if "control" not in advertised:
+                adv = advertisement_from(CONTROL_ADVERTISEMENT, clients.new_id("a"))
+                await clients.advertise("web", adv)
+                advertised.add("control")
+        rid = clients.new_id("r")
+        listener = await open_session(clients.node, f"web-{rid}", reader=True)
+        try:
+            status = parse_filter(f"[class,eq,'DB_STATUS'],[request,eq,'{rid}']")
+            await ask(listener, rid, Subscription(rid, status))
+            publisher.send(
+                Publication(
+                    rid,
+                    {
+                        "class": "DB_CONTROL",
+                        "db": db,
+                        "command": verb,
+                        "spec": format_filter(flt),
+                        "request": rid,
+                    },
+                    datetime.now(UTC),
+                    publisher.session,
+                )
+            )
+            started = time.monotonic()
+            async with asyncio.timeout(CONTROL_TIMEOUT):
+                async for message in listener.deliveries():
+                    if isinstance(message, Notify):
+                        attrs = message.publication.attributes
+                        return {
+                            "database": db,
+                            "command": verb,
+                            "ok": attrs.get("ok"),
+                            "detail": attrs.get("detail"),
+                            "specs": str(attrs.get("specs", "")).splitlines(),
+                            "took": round(time.monotonic() - started, 6),
+                        }
+        except (TimeoutError, SessionClosed):
+            pass
+        finally:
+            await listener.close()
+        raise Problem(504, "no answer", f"database {db!r} did not answer {verb} in time")
+
+    @api.post("/databases/{db}/store")
+    async def store(db: str, body: StoreBody) -> dict[str, Any]:
+        """Tell a database to store what ``filter`` matches from now on (STORE)."""
+        return await command(db, "STORE", body.filter)
+
+    @api.post("/databases/{db}/stop")
+    async def stop(db: str, body: StoreBody) -> dict[str, Any]:
+        """Tell a database to stop storing ``filter`` (STOP); what it stored stays."""
+        return await command(db, "STOP", body.filter)
+
+    return api

@@ -1,0 +1,263 @@
+"""The web API's clients of the broker: publishers and the subscriptions made over REST.
+
+A *publisher* is a named session (``?client=NAME``, default ``web``) kept while the broker
+runs; its advertisements and publications are its own, as a WebSocket client's are.
+
+A REST *subscription* is a session of its own (``web-<id>``), so that its deliveries queue and
+are bounded like any client's: read by one stream at a time (SSE or WebSocket), and evicted if
+the reader falls too far behind. A *durable* REST subscription lives at the broker: its session
+is open only while a stream reads it, and a stream that comes back resumes after the last
+delivery it took (``Last-Event-ID``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from padres.errors import InvalidMessage
+from padres.matching import matches
+from padres.messages import (
+    Advertisement,
+    CompositeSubscription,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+    check_id,
+)
+from padres.protocol import Ack, Durable, Envelope, Guaranteed, Notify, Ok
+from padres.runtime.node import BrokerNode
+from web.problems import Problem
+from web.session import LocalSession, Refused, SessionClosed
+
+__all__ = ["Clients", "RestAdvertisement", "RestSubscription", "ask", "open_session"]
+
+ENDED_REMEMBERED: Final = 1000
+"""How many ended subscriptions are remembered, to say why they ended."""
+
+
+@dataclass
+class RestAdvertisement:
+    id: str
+    client: str
+    advertisement: Advertisement
+
+
+@dataclass
+class RestSubscription:
+    id: str
+    kind: Literal["subscription", "composite"]
+    message: Subscription | CompositeSubscription
+    durable: bool
+    session: LocalSession | None = None
+    reading: bool = False
+    """Whether a stream reads it now (one at a time)."""
+    delivered: int = field(default=0)
+    """Deliveries handed to streams so far."""
+
+
+class Clients:
+    """Publishers and REST subscriptions of one broker node (see the module docstring)."""
+
+    def __init__(self, node: BrokerNode) -> None:
+        self.node = node
+        self.publishers: dict[str, LocalSession] = {}
+        self.advertisements: dict[str, RestAdvertisement] = {}
+        self.subscriptions: dict[str, RestSubscription] = {}
+        self._ended: OrderedDict[str, str] = OrderedDict()
+        self._run = secrets.token_hex(3)
+        self._ids = itertools.count(1)
+        self._opening = asyncio.Lock()
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}{self._run}.{next(self._ids)}"
+
+    # -- publishers --------------------------------------------------------------------------
+
+    async def publisher(self, name: str) -> LocalSession:
+        """The session of publisher ``name``, opened the first time it is asked for."""
+        try:
+            check_id(name, "client name")
+        except InvalidMessage as exc:
+            raise Problem(400, "invalid client name", str(exc)) from None
+        async with self._opening:
+            session = self.publishers.get(name)
+            if session is None or session.closed is not None:
+                session = self.publishers[name] = await open_session(self.node, name, reader=False)
+            return session
+
+    def _conforms(self, session: LocalSession, pub: Publication) -> bool:
+        broker = self.node.broker
+        if not broker.conformity:
+            return True
+        state = broker.sessions.get(session.hop)
+        for gid in state.advertisements.values() if state else ():
+            tree = broker.trees.tree_of(gid)
+            if tree is not None and matches(tree.advertisements[gid].filter, pub):
+                return True
+        return False
+
+    async def publish(
+        self, client: str, publications: Sequence[Publication], guaranteed: bool
+    ) -> str:
+        """Publish them all, or refuse them all (409) if one conforms to none of the
+        publisher's advertisements. Guaranteed ones return once on the broker's disk."""
+        session = await self.publisher(client)
+        publications = [
+            Publication(p.id, p.attributes, p.timestamp, session.session) for p in publications
+        ]
+        strays = [
+            {"where": f"publications[{i}]", "reason": f"publication {p.id} conforms to none"}
+            for i, p in enumerate(publications)
+            if not self._conforms(session, p)
+        ]
+        if strays:
+            raise Problem(
+                409,
+                "not advertised",
+                f"{len(strays)} of the publications match none of the advertisements of "
+                f"{session.session}: advertise what you publish first "
+                "(POST /api/v1/advertisements); nothing was published",
+                errors=strays,
+            )
+        if not guaranteed:
+            session.send(*publications)
+            return session.session
+        await asyncio.gather(*(ask(session, p.id, Guaranteed(p)) for p in publications))
+        return session.session
+
+    async def advertise(self, client: str, adv: Advertisement) -> tuple[str, ...]:
+        session = await self.publisher(client)
+        incomplete = (await ask(session, adv.id, adv)).incomplete
+        self.advertisements[adv.id] = RestAdvertisement(adv.id, client, adv)
+        return incomplete
+
+    async def unadvertise(self, aid: str) -> None:
+        found = self.advertisements.get(aid)
+        if found is None:
+            raise Problem(404, "no such advertisement", f"no advertisement {aid!r} here")
+        await ask(await self.publisher(found.client), aid, Unadvertise(aid))
+        del self.advertisements[aid]
+
+    # -- subscriptions -----------------------------------------------------------------------
+
+    async def subscribe(self, sub: RestSubscription) -> tuple[str, ...]:
+        """Make the subscription at the broker; returns what its routing could not reach."""
+        if sub.durable:
+            async with self._durable_session(sub, acked=0) as session:
+                ok = await ask(session, sub.id, Durable(_atomic(sub)))
+        else:
+            session = sub.session = await open_session(self.node, f"web-{sub.id}", reader=True)
+            try:
+                ok = await ask(session, sub.id, sub.message)
+            except Problem:
+                await session.close()
+                raise
+        self.subscriptions[sub.id] = sub
+        self._ended.pop(sub.id, None)
+        return ok.incomplete
+
+    def get(self, sid: str) -> RestSubscription:
+        sub = self.subscriptions.get(sid)
+        if sub is not None and sub.session is not None and sub.session.closed is not None:
+            self._end(sid, sub.session.closed)  # evicted while its reader was stuck
+        elif sub is not None:
+            return sub
+        why = self._ended.get(sid)
+        detail = f"no subscription {sid!r} here" + (f": it ended ({why})" if why else "")
+        raise Problem(404, "no such subscription", detail)
+
+    async def unsubscribe(self, sid: str) -> None:
+        sub = self.get(sid)
+        if sub.durable:
+            async with self._durable_session(sub, acked=0, attach=False) as session:
+                await ask(session, sid, Unsubscribe(sid))
+        elif sub.session is not None:
+            await sub.session.close()
+        self._end(sid, "unsubscribed")
+
+    @asynccontextmanager
+    async def stream(self, sid: str, last_id: int | None) -> AsyncIterator[AsyncIterator[Envelope]]:
+        """The deliveries of subscription ``sid`` for one reader (a 409 if another reads it).
+        A durable subscription resumes after ``last_id`` and is acknowledged as it is read."""
+        sub = self.get(sid)
+        if sub.reading:
+            raise Problem(409, "already read", f"another stream reads subscription {sid!r}")
+        sub.reading = True
+        try:
+            if sub.durable:
+                async with self._durable_session(sub, acked=last_id or 0) as session:
+                    yield self._read(sub, session)
+            else:
+                if sub.session is None:  # pragma: no cover - set when it was made
+                    raise Problem(404, "no such subscription", f"{sid!r} has no session")
+                yield self._read(sub, sub.session)
+        finally:
+            sub.reading = False
+
+    async def _read(self, sub: RestSubscription, session: LocalSession) -> AsyncIterator[Envelope]:
+        try:
+            async for message in session.deliveries():
+                sub.delivered += 1
+                yield message
+                if isinstance(message, Notify) and message.seq:
+                    session.send(Ack(sub.id, message.seq))
+        except SessionClosed as exc:
+            if not sub.durable:
+                self._end(sub.id, str(exc))
+            raise
+
+    @asynccontextmanager
+    async def _durable_session(
+        self, sub: RestSubscription, *, acked: int, attach: bool = True
+    ) -> AsyncIterator[LocalSession]:
+        """A session as the durable subscription's owner, attached to it (resuming after
+        ``acked``) unless ``attach`` is false; closed afterwards."""
+        try:
+            session = await open_session(self.node, f"web-{sub.id}", reader=True)
+        except Problem as exc:
+            raise Problem(409, "in use", f"durable subscription {sub.id!r}: {exc.detail}") from None
+        try:
+            if attach and sub.id in self.subscriptions:
+                await ask(session, sub.id, Durable(_atomic(sub), acked))
+            yield session
+        finally:
+            await session.close()
+
+    def _end(self, sid: str, why: str) -> None:
+        self.subscriptions.pop(sid, None)
+        self._ended[sid] = why
+        while len(self._ended) > ENDED_REMEMBERED:
+            self._ended.popitem(last=False)
+
+
+def _atomic(sub: RestSubscription) -> Subscription:
+    if not isinstance(sub.message, Subscription):  # refused when it was made
+        raise Problem(400, "not durable", "a composite subscription cannot be durable")
+    return sub.message
+
+
+async def open_session(node: BrokerNode, name: str, *, reader: bool) -> LocalSession:
+    try:
+        return await LocalSession(node, name, reader=reader).open()
+    except Refused as exc:
+        raise Problem(409, "session refused", exc.text) from None
+
+
+async def ask(session: LocalSession, ref: str, message: Envelope) -> Ok:
+    """``session.request``, its failures as problems."""
+    try:
+        return await session.request(ref, message)
+    except Refused as exc:
+        raise Problem(409, "refused by the broker", exc.text) from None
+    except SessionClosed as exc:
+        raise Problem(409, "session ended", f"{session.session}: {exc}") from None
+    except TimeoutError:
+        raise Problem(504, "no answer", f"the broker did not answer {ref!r} in time") from None

@@ -1,0 +1,207 @@
+"""``/metrics``: the broker's counters in the Prometheus text format (prometheus-client).
+
+Counted as the core handles messages (``BrokerNode.observers``): publications in and out per
+peer (a neighbour broker or a client, by name), subscriptions matched, how long the core took
+over each publication, historic replays and the time from a subscription to its replay's end,
+and the publications delivered to database nodes (their ingest). Queue depths and drops are
+read from the node when scraped.
+
+Counting is on the broker's hot path, so it is plain integers in dicts; they become Prometheus
+metrics only when scraped (``collect``).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import Final
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from padres.broker import Out
+from padres.messages import CompositeSubscription, Publication, Subscription
+from padres.protocol import (
+    CompositeNotify,
+    Envelope,
+    Guaranteed,
+    Notify,
+    ReplayDone,
+    ReplayOffer,
+    RoutePublish,
+)
+from padres.runtime.node import BrokerNode
+
+__all__ = ["Histogram", "Metrics"]
+
+LATENCY_BUCKETS: Final = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
+REPLAY_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class Histogram:
+    """Observations counted in buckets (upper bounds), with their sum."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def family(self, name: str, documentation: str) -> HistogramMetricFamily:
+        cumulative: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
+            total += count
+            cumulative.append((bound, total))
+        return HistogramMetricFamily(name, documentation, buckets=cumulative, sum_value=self.sum)
+
+
+def _per_peer(name: str, documentation: str, counts: dict[str, int], label: str) -> Metric:
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for peer, count in sorted(counts.items()):
+        family.add_metric([peer], count)
+    return family
+
+
+def _total(name: str, documentation: str, value: float) -> Metric:
+    family = CounterMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
+
+
+class Metrics(Collector):
+    """The counters of one node, its Prometheus registry, and the totals the monitor shows."""
+
+    def __init__(self, node: BrokerNode, private: frozenset[str] = frozenset()) -> None:
+        """``private``: classes of publications not counted (the monitor's own)."""
+        self.node = node
+        self.private = private
+        self.totals: dict[str, dict[str, int]] = {"in": {}, "out": {}}
+        """Publications in and out per peer name (also the monitor's rates)."""
+        self.matched = 0
+        self.latency = Histogram(LATENCY_BUCKETS)
+        self.replays = 0
+        self.replay_latency = Histogram(REPLAY_BUCKETS)
+        self.ingest: dict[str, int] = {}
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+        self._names: dict[str, str] = {}
+        self._databases: set[str] = set()
+        self._asked: dict[tuple[str, str], float] = {}
+
+    def name(self, hop: str) -> str:
+        """The broker or client on ``hop`` (hops are never reused, so names are kept)."""
+        found = self._names.get(hop)
+        if found is None:
+            broker = self.node.broker
+            session = broker.sessions.get(hop)
+            found = session.name if session is not None else broker.peers.get(hop)
+            if found is None:
+                return hop
+            self._names[hop] = found
+        return found
+
+    def _count(self, table: dict[str, int], hop: str) -> str:
+        name = self.name(hop)
+        table[name] = table.get(name, 0) + 1
+        return name
+
+    def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
+        """A ``BrokerNode`` observer: count what the core just did."""
+        if isinstance(message, Publication | RoutePublish | Guaranteed):
+            pub = message if isinstance(message, Publication) else message.publication
+            if pub.attributes.get("class") in self.private:
+                return
+            self._count(self.totals["in"], hop)
+            self.latency.observe(took)
+        elif isinstance(message, ReplayOffer):
+            self._databases.add(hop)
+        elif isinstance(message, Subscription | CompositeSubscription) and _historic(message):
+            self._asked[(hop, message.id)] = time.monotonic()
+        for to, out in outs:
+            if isinstance(out, RoutePublish):
+                self._count(self.totals["out"], to)
+            elif isinstance(out, Notify | CompositeNotify):
+                name = self._count(self.totals["out"], to)
+                self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
+                if to in self._databases:
+                    self.ingest[name] = self.ingest.get(name, 0) + 1
+            elif isinstance(out, ReplayDone):
+                self.replays += 1
+                asked = self._asked.pop((to, out.subscription), None)
+                if asked is not None:
+                    self.replay_latency.observe(time.monotonic() - asked)
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric, as it is now."""
+        yield _per_peer(
+            "padres_publications_in", "Publications received", self.totals["in"], "peer"
+        )
+        yield _per_peer(
+            "padres_publications_out",
+            "Publications forwarded to a neighbour or delivered to a client",
+            self.totals["out"],
+            "peer",
+        )
+        yield _total("padres_matches", "Subscriptions matched by deliveries", self.matched)
+        yield self.latency.family(
+            "padres_match_seconds", "Time the broker core took over a publication"
+        )
+        yield _total("padres_replays", "Historic replays completed", self.replays)
+        yield self.replay_latency.family(
+            "padres_replay_seconds", "Time from a historic subscription to the end of its replay"
+        )
+        yield _per_peer(
+            "padres_database_ingest",
+            "Publications delivered to database nodes",
+            self.ingest,
+            "database",
+        )
+        queued = GaugeMetricFamily(
+            "padres_queue_bytes", "Bytes queued for a peer", labels=["peer", "kind"]
+        )
+        messages = GaugeMetricFamily(
+            "padres_queue_messages", "Messages queued for a peer", labels=["peer", "kind"]
+        )
+        for hop, q in self.node.queues().items():
+            labels = [self.name(hop), "link" if q["link"] else "client"]
+            queued.add_metric(labels, q["queued_bytes"])
+            messages.add_metric(labels, q["queued"])
+        yield queued
+        yield messages
+        status = self.node.status()
+        yield _total(
+            "padres_dropped_messages",
+            "Messages dropped for clients too slow to take them",
+            status["dropped"],
+        )
+        yield _total("padres_evicted_clients", "Clients evicted for lagging", status["evicted"])
+        yield _total("padres_rejected_messages", "Messages refused on decoding", status["rejected"])
+
+    def router(self) -> APIRouter:
+        api = APIRouter(tags=["metrics"])
+
+        @api.get("/metrics", response_class=Response)
+        async def metrics() -> Response:
+            """The broker's metrics in the Prometheus text format."""
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return api
+
+
+def _historic(message: Subscription | CompositeSubscription) -> bool:
+    filters = [message.filter] if isinstance(message, Subscription) else message.filters
+    return any(f.window is not None and f.window.start is not None for f in filters)

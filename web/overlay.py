@@ -1,0 +1,231 @@
+"""The whole overlay as the monitor sees it, learned by publish/subscribe as PADRES' monitor
+did: every broker publishes a ``BROKER_INFO`` publication about itself each ``PERIOD`` and
+subscribes to everyone's; a broker not heard from for ``FORGET`` seconds is gone.
+
+A ``BROKER_INFO`` publication: ``[class,'BROKER_INFO'],[broker,'B1'],[info,'<JSON>']``, the
+JSON holding its neighbours, clients, the databases it knows of (their replay offers), its
+address, uptime, queue bytes and its publications in and out per peer.
+
+Monitoring costs traffic and routing state, so it runs only while someone watches: a broker
+whose overlay, page or traces were asked for in the last ``IDLE`` seconds advertises
+``MONITOR_WATCH``; that advertisement floods the overlay and wakes every broker's monitor
+session, which runs while some broker's ``MONITOR_WATCH`` is in its routing table (or it is
+asked itself), and ends, withdrawing its advertisements, when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import orjson
+
+from padres.broker import Out
+from padres.messages import Publication, Subscription, Unadvertise
+from padres.parser import parse_advertisement, parse_filter
+from padres.protocol import Envelope, Notify, RouteAdvertise
+from web.broker import databases
+from web.clients import Clients
+from web.metrics import Metrics
+from web.session import LocalSession, Refused, SessionClosed
+from web.tracing import REPORT, REQUEST, Tracer
+
+__all__ = ["FORGET", "INFO", "MONITOR", "PERIOD", "Overlay"]
+
+INFO: Final = "BROKER_INFO"
+MONITOR: Final = "monitor"
+"""The name of each broker's monitoring session (left out of the clients it reports)."""
+PERIOD: Final = 1.0
+IDLE: Final = 60.0
+"""Seconds after the last request for the overlay that this broker stops watching it."""
+WATCH: Final = "MONITOR_WATCH"
+FORGET: Final = 3.5
+RETRY: Final = 1.0
+CHANNELS: Final = {
+    INFO: ("broker", "info"),
+    REQUEST: ("trace", "filter", "targets"),
+    REPORT: ("trace", "report"),
+}
+"""The classes the monitor sessions publish and subscribe to, and their attributes."""
+PRIVATE: Final = frozenset([*CHANNELS, WATCH])
+"""The monitor's own classes: never traced, nor counted in the metrics and rates."""
+
+log = logging.getLogger("padres.web")
+
+
+class Overlay:
+    """What this broker has learned of the overlay (see the module docstring)."""
+
+    def __init__(self, clients: Clients, metrics: Metrics, tracer: Tracer) -> None:
+        self.clients = clients
+        self.metrics = metrics
+        self.tracer = tracer
+        self.brokers: dict[str, dict[str, Any]] = {}
+        self._heard: dict[str, float] = {}
+        self._count = 0
+        self._asked = -IDLE
+        """When (``time.monotonic()``) the overlay was last asked for here."""
+        self._nudged = asyncio.Event()
+
+    def watch(self) -> None:
+        """Someone wants the overlay (the page, the API, a trace): monitor it."""
+        self._asked = time.monotonic()
+        self._nudged.set()
+
+    def _watched_here(self) -> bool:
+        return time.monotonic() - self._asked < IDLE
+
+    def _watched(self) -> bool:
+        """Whether this broker or another watches the overlay (another's ``MONITOR_WATCH``
+        advertisement is in the routing table)."""
+        if self._watched_here():
+            return True
+        broker = self.clients.node.broker
+        return any(
+            tree.path[0] != broker.id and adv.filter.class_name == WATCH
+            for tree in broker.trees
+            for adv in tree.advertisements.values()
+        )
+
+    def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
+        """A ``BrokerNode`` observer: another broker's ``MONITOR_WATCH`` wakes this one."""
+        if isinstance(message, RouteAdvertise) and message.advertisement.filter.class_name == WATCH:
+            self._nudged.set()
+
+    def own_info(self) -> dict[str, Any]:
+        node = self.clients.node
+        broker = node.broker
+        status = node.status()
+        clients = [s.name for s in broker.sessions.values() if not s.name.startswith(MONITOR + "@")]
+        url = f"http://{node.address[0]}:{node.address[1]}" if node.address else ""
+        return {
+            "id": broker.id,
+            "url": url,
+            "neighbors": sorted(broker.peers.values()),
+            "clients": sorted(clients),
+            "databases": databases(self.clients),
+            "uptime": status["uptime"],
+            "queued_bytes": status["queued_bytes"],
+            "dropped": status["dropped"],
+            "publications": self.metrics.totals,
+            "time": time.time(),
+        }
+
+    def view(self) -> dict[str, Any]:
+        """Brokers, links, clients and databases of the overlay now."""
+        self.watch()
+        self._forget()
+        brokers = sorted(self.brokers)
+        links = sorted(
+            {
+                tuple(sorted((b, n)))
+                for b, info in self.brokers.items()
+                for n in info["neighbors"]
+                if n in self.brokers
+            }
+        )
+        stores: dict[str, list[str]] = {}
+        for info in self.brokers.values():
+            stores |= info["databases"]
+        clients = [
+            {"name": c, "broker": b, "database": c in stores}
+            for b, info in sorted(self.brokers.items())
+            for c in info["clients"]
+        ]
+        return {
+            "brokers": [self.brokers[b] for b in brokers],
+            "links": [{"source": a, "target": b} for a, b in links],
+            "clients": clients,
+            "databases": [
+                {"id": name, "broker": name.split("@")[-1], "stores": specs}
+                for name, specs in sorted(stores.items())
+            ],
+        }
+
+    def _forget(self) -> None:
+        now = time.monotonic()
+        for b in [b for b, at in self._heard.items() if now - at > FORGET]:
+            del self._heard[b]
+            self.brokers.pop(b, None)
+
+    def _heard_from(self, pub: Publication) -> None:
+        text = pub.attributes.get("info")
+        if not isinstance(text, str):
+            return
+        try:
+            info = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(info, dict) and isinstance(info.get("id"), str):
+            self.brokers[info["id"]] = info
+            self._heard[info["id"]] = time.monotonic()
+
+    async def run(self) -> None:
+        """Publish this broker's info and learn everyone's while the overlay is watched."""
+        while True:
+            await self._nudged.wait()
+            self._nudged.clear()
+            if not self._watched():
+                continue
+            session = LocalSession(self.clients.node, MONITOR)
+            try:
+                await session.open()
+                await self._serve(session)
+            except (Refused, SessionClosed, TimeoutError) as exc:
+                log.warning("monitor: %s; starting again", exc)
+                self._nudged.set()
+                await asyncio.sleep(RETRY)
+            finally:
+                with contextlib.suppress(Exception):
+                    await session.close()
+
+    async def _serve(self, session: LocalSession) -> None:
+        for kind, fields in CHANNELS.items():
+            predicates = "".join(f",[{f},isPresent,'']" for f in fields)
+            adv = parse_advertisement(f"[class,eq,'{kind}']{predicates}", id=kind)
+            await session.request(kind, adv)
+            sub = Subscription(kind, parse_filter(f"[class,eq,'{kind}']"))
+            await session.request(kind, sub)
+
+        def publish(attributes: dict[str, str]) -> None:
+            self._count += 1
+            if session.closed is None:
+                now = datetime.now(UTC)
+                session.send(Publication(f"m{self._count}", attributes, now, session.session))
+
+        reading = asyncio.get_running_loop().create_task(self._read(session))
+        self.tracer.publish = publish
+        watching = False
+        try:
+            while not reading.done() and self._watched():
+                if watching != self._watched_here():
+                    watching = not watching
+                    await _watching(session, watching)
+                info = self.own_info()
+                publish({"class": INFO, "broker": info["id"], "info": orjson.dumps(info).decode()})
+                await asyncio.sleep(PERIOD)
+            if reading.done():
+                await reading
+        finally:
+            self.tracer.publish = None
+            reading.cancel()
+
+    async def _read(self, session: LocalSession) -> None:
+        async for message in session.deliveries():
+            if isinstance(message, Notify):
+                if message.publication.attributes.get("class") == INFO:
+                    self._heard_from(message.publication)
+                else:
+                    self.tracer.heard(message.publication)
+
+
+async def _watching(session: LocalSession, on: bool) -> None:
+    """Advertise (or withdraw) ``MONITOR_WATCH``: the other brokers monitor while it stands."""
+    if on:
+        await session.request(WATCH, parse_advertisement(f"[class,eq,'{WATCH}']", id=WATCH))
+    else:
+        await session.request(WATCH, Unadvertise(WATCH))

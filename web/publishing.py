@@ -1,0 +1,115 @@
+"""``/api/v1/publications`` and ``/api/v1/advertisements``."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+from fastapi import APIRouter, Query, Request
+
+from padres.printer import format_filter
+from web.bodies import AdvertisementBody
+from web.clients import Clients
+from web.inputs import advertisement_from, publications_from_json, publications_from_text
+from web.problems import Problem
+
+__all__ = ["MAX_BODY", "router"]
+
+MAX_BODY: Final = 4 << 20
+"""Bytes a request body may hold (a frame's limit on the WebSocket)."""
+
+_ITEM = {
+    "oneOf": [
+        {"type": "string", "description": "PADRES text"},
+        {"type": "object", "description": "attributes", "additionalProperties": True},
+    ]
+}
+_PUBLISH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"oneOf": [_ITEM, {"type": "array", "items": _ITEM}]},
+                "example": ["[class,'STOCK'],[price,50]", {"class": "STOCK", "price": 5}],
+            },
+            "text/plain": {
+                "schema": {"type": "string"},
+                "example": "[class,'STOCK'],[price,50]\n[class,'STOCK'],[price,5]\n",
+            },
+        },
+    }
+}
+
+
+async def read_body(request: Request) -> bytes:
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise Problem(413, "too large", f"the body holds {len(body):,} bytes; at most {MAX_BODY:,}")
+    return body
+
+
+def router(clients: Clients) -> APIRouter:
+    api = APIRouter(prefix="/api/v1", tags=["publish"])
+
+    @api.post("/publications", status_code=201, openapi_extra=_PUBLISH_BODY)
+    async def publish(
+        request: Request,
+        client: str = Query("web", description="the publisher"),
+        guaranteed: bool = Query(False, description="return once they are on the broker's disk"),
+    ) -> dict[str, Any]:
+        """Publish one publication or a batch: a JSON item or array of items (PADRES text or
+        an object of attributes), or PADRES text, one publication per line. Nothing is
+        published unless all are valid and advertised."""
+        body = await read_body(request)
+        kind = request.headers.get("content-type", "").split(";")[0].strip()
+        if kind == "text/plain":
+            pubs = publications_from_text(_text(body))
+        elif kind in ("application/json", ""):
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise Problem(400, "invalid JSON", f"the body is not JSON: {exc}") from None
+            pubs = publications_from_json(data if isinstance(data, list) else [data])
+        else:
+            raise Problem(
+                415, "unsupported media type", f"{kind}: send application/json or text/plain"
+            )
+        if not pubs:
+            raise Problem(400, "no publications", "the body holds no publication")
+        publisher = await clients.publish(client, pubs, guaranteed)
+        return {"ids": [p.id for p in pubs], "publisher": publisher}
+
+    @api.post("/advertisements", status_code=201)
+    async def advertise(body: AdvertisementBody) -> dict[str, Any]:
+        """Advertise what a publisher will publish; returns once routing has settled."""
+        adv = advertisement_from(body.filter, clients.new_id("a"))
+        incomplete = await clients.advertise(body.client, adv)
+        return _advertisement(adv.id, body.client, format_filter(adv.filter)) | {
+            "incomplete": list(incomplete)
+        }
+
+    @api.get("/advertisements")
+    async def advertisements() -> list[dict[str, Any]]:
+        """The advertisements made through this broker's API."""
+        return [
+            _advertisement(a.id, a.client, format_filter(a.advertisement.filter))
+            for a in clients.advertisements.values()
+        ]
+
+    @api.delete("/advertisements/{aid}", status_code=204)
+    async def unadvertise(aid: str) -> None:
+        """Withdraw an advertisement."""
+        await clients.unadvertise(aid)
+
+    return api
+
+
+def _advertisement(aid: str, client: str, text: str) -> dict[str, Any]:
+    return {"id": aid, "client": client, "filter": text}
+
+
+def _text(body: bytes) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError as exc:
+        raise Problem(400, "invalid text", f"the body is not UTF-8: {exc}") from None

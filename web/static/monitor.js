@@ -1,0 +1,281 @@
+// The padres monitor: the overlay's topology, rates, routing tables, traces and history,
+// read from the broker's REST API (docs/web.md). Cytoscape lays the graph out.
+import cytoscape from "./cytoscape.esm.min.mjs";
+
+const POLL_MS = 1000;
+const POINTS = 60;
+const $ = (id) => document.getElementById(id);
+
+const cy = cytoscape({
+  container: $("topology"),
+  style: [
+    { selector: "node", style: { label: "data(label)", "font-size": 10, "text-valign": "bottom" } },
+    { selector: 'node[kind="broker"]',
+      style: { "background-color": "#1f77b4", width: 34, height: 34, "font-size": 12,
+               "font-weight": "bold", "text-valign": "center", color: "#fff" } },
+    { selector: 'node[kind="client"]', style: { "background-color": "#8c8c8c", width: 12, height: 12 } },
+    { selector: 'node[kind="database"]',
+      style: { shape: "barrel", "background-color": "#2ca02c", width: 22, height: 22 } },
+    { selector: 'edge[kind="link"]', style: { width: 3, "line-color": "#1f77b4" } },
+    { selector: 'edge[kind="attach"]', style: { width: 1, "line-color": "#bbb", "line-style": "dashed" } },
+    { selector: "node.traced", style: { "background-color": "#d62728" } },
+    { selector: "edge.traced", style: { "line-color": "#d62728", width: 5 } },
+  ],
+  layout: { name: "cose", animate: false },
+});
+
+const state = { overlay: null, last: null, signature: "", trace: null };
+window.monitor = { cy, state };
+
+function elementsOf(overlay) {
+  const els = [];
+  for (const b of overlay.brokers) els.push({ data: { id: `b:${b.id}`, label: b.id, kind: "broker" } });
+  for (const l of overlay.links) {
+    els.push({ data: { id: `l:${l.source}|${l.target}`, source: `b:${l.source}`,
+                       target: `b:${l.target}`, kind: "link" } });
+  }
+  for (const c of overlay.clients) {
+    const kind = c.database ? "database" : "client";
+    els.push({ data: { id: `c:${c.name}`, label: c.name.split("@")[0], kind } });
+    els.push({ data: { id: `a:${c.name}`, source: `c:${c.name}`, target: `b:${c.broker}`, kind: "attach" } });
+  }
+  return els;
+}
+
+function drawTopology(overlay) {
+  const els = elementsOf(overlay);
+  const ids = new Set(els.map((e) => e.data.id));
+  const signature = [...ids].sort().join(",");
+  if (signature === state.signature) return;
+  state.signature = signature;
+  cy.elements().filter((e) => !ids.has(e.id())).remove();
+  const nodes = els.filter((e) => !e.data.source && cy.getElementById(e.data.id).empty());
+  const edges = els.filter((e) => e.data.source && cy.getElementById(e.data.id).empty());
+  cy.add(nodes);
+  cy.add(edges);
+  cy.layout({ name: "cose", animate: false, randomize: false, nodeRepulsion: () => 8000 }).run();
+}
+
+function chart(id, title) {
+  return new Chart($(id), {
+    type: "line",
+    data: { labels: [], datasets: [] },
+    options: { animation: false, responsive: true, plugins: { title: { display: true, text: title } },
+               scales: { y: { beginAtZero: true } }, elements: { point: { radius: 0 } } },
+  });
+}
+const brokerChart = chart("broker-rates", "per broker (in)");
+const linkChart = chart("link-rates", "per link (out, one way)");
+
+function push(chartObj, label, values) {
+  const data = chartObj.data;
+  data.labels.push(label);
+  if (data.labels.length > POINTS) data.labels.shift();
+  for (const [name, value] of Object.entries(values)) {
+    let set = data.datasets.find((d) => d.label === name);
+    if (!set) {
+      set = { label: name, data: new Array(data.labels.length - 1).fill(null), borderWidth: 1.5 };
+      data.datasets.push(set);
+    }
+    set.data.push(value);
+  }
+  for (const set of data.datasets) {
+    if (set.data.length < data.labels.length) set.data.push(null);
+    while (set.data.length > data.labels.length) set.data.shift();
+  }
+  chartObj.update();
+}
+
+function sum(counts) {
+  return Object.values(counts).reduce((total, n) => total + n, 0);
+}
+
+function drawRates(overlay) {
+  const now = Date.now() / 1000;
+  const previous = state.last;
+  state.last = { at: now, brokers: Object.fromEntries(overlay.brokers.map((b) => [b.id, b])) };
+  if (!previous) return;
+  const dt = Math.max(now - previous.at, 0.001);
+  const perBroker = {};
+  const perLink = {};
+  for (const b of overlay.brokers) {
+    const before = previous.brokers[b.id];
+    if (!before) continue;
+    perBroker[b.id] = Math.max(0, (sum(b.publications.in) - sum(before.publications.in)) / dt);
+    for (const n of b.neighbors) {
+      const was = before.publications.out[n] || 0;
+      perLink[`${b.id}→${n}`] = Math.max(0, ((b.publications.out[n] || 0) - was) / dt);
+    }
+  }
+  const label = new Date().toLocaleTimeString();
+  push(brokerChart, label, perBroker);
+  push(linkChart, label, perLink);
+}
+
+function drawSummary(overlay) {
+  $("broker-count").textContent = overlay.brokers.length;
+  $("link-count").textContent = overlay.links.length;
+  $("client-count").textContent = overlay.clients.filter((c) => !c.database).length;
+  $("database-count").textContent = overlay.databases.length;
+  const select = $("routing-broker");
+  const chosen = select.value;
+  const names = overlay.brokers.map((b) => b.id);
+  if ([...select.options].map((o) => o.value).join() !== names.join()) {
+    select.replaceChildren(...names.map((n) => new Option(n, n)));
+    if (names.includes(chosen)) select.value = chosen;
+  }
+}
+
+async function poll() {
+  try {
+    const overlay = await (await fetch("/api/v1/overlay")).json();
+    state.overlay = overlay;
+    drawTopology(overlay);
+    drawSummary(overlay);
+    drawRates(overlay);
+    $("status").textContent = "live";
+    $("status").className = "";
+  } catch (err) {
+    $("status").textContent = `broker unreachable: ${err}`;
+    $("status").className = "error";
+  }
+}
+
+async function problemText(response) {
+  try {
+    const problem = await response.json();
+    return `${problem.title}: ${problem.detail}`;
+  } catch {
+    return `${response.status} ${response.statusText}`;
+  }
+}
+
+function row(cells, tag = "td") {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement(tag);
+    td.textContent = cell;
+    tr.append(td);
+  }
+  return tr;
+}
+
+$("routing-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const id = $("routing-broker").value;
+  const broker = state.overlay?.brokers.find((b) => b.id === id);
+  const base = broker && broker.url ? broker.url : "";
+  const query = new URLSearchParams({ table: $("routing-table").value,
+                                      search: $("routing-search").value, page_size: "500" });
+  const response = await fetch(`${base}/api/v1/routing?${query}`);
+  const body = $("routing-rows").querySelector("tbody");
+  if (!response.ok) {
+    $("routing-summary").textContent = await problemText(response);
+    body.replaceChildren();
+    return;
+  }
+  const table = await response.json();
+  $("routing-summary").textContent = `${table.broker} ${table.table.toUpperCase()}: ${table.total} rows`;
+  body.replaceChildren(...table.rows.map((r) => row([r])));
+});
+
+async function startTrace(body) {
+  $("trace-hops").replaceChildren();
+  const response = await fetch("/api/v1/traces", {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    $("trace-summary").textContent = await problemText(response);
+    return;
+  }
+  const trace = await response.json();
+  $("trace-summary").textContent = trace.filter
+    ? `waiting for a publication matching ${trace.filter}` : "published: following it";
+  cy.elements().removeClass("traced");
+  state.trace = trace.id;  // a newer trace stops this one's polling
+  const deadline = Date.now() + trace.expires_in * 1000;
+  while (Date.now() < deadline && state.trace === trace.id) {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const seen = await (await fetch(`/api/v1/traces/${trace.id}`)).json();
+    if (state.trace === trace.id) drawTrace(seen);
+  }
+}
+
+$("trace-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  startTrace({ filter: $("trace-filter").value });
+});
+
+$("trace-publish-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  startTrace({ publication: $("trace-publication").value, client: $("trace-client").value });
+});
+
+function drawTrace(trace) {
+  if (!trace.publication) return;
+  $("trace-summary").textContent =
+    `publication ${trace.publication} from ${trace.publisher}: ${trace.hops.length} brokers`;
+  $("trace-hops").replaceChildren(...trace.hops.map((h) => {
+    const li = document.createElement("li");
+    const matched = h.matched.length ? h.matched.map((m) => `${m.subscription} (${m.client})`).join(", ") : "none";
+    li.textContent = `${h.broker}: from ${h.from} → ${h.to.length ? h.to.join(", ") : "no broker"}; matched ${matched}`;
+    return li;
+  }));
+  for (const h of trace.hops) {
+    cy.getElementById(`b:${h.broker}`).addClass("traced");
+    for (const to of h.to) {
+      cy.getElementById(`l:${h.broker}|${to}`).addClass("traced");
+      cy.getElementById(`l:${to}|${h.broker}`).addClass("traced");
+    }
+  }
+}
+
+$("history-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const started = performance.now();
+  const query = new URLSearchParams({ filter: $("history-filter").value,
+                                      from: $("history-from").value, to: $("history-to").value });
+  const head = $("history-rows").querySelector("thead");
+  const body = $("history-rows").querySelector("tbody");
+  body.replaceChildren();
+  head.replaceChildren(row(["time", "publisher", "attributes"], "th"));
+  $("history-summary").textContent = "running…";
+  const response = await fetch(`/api/v1/history/stream?${query}`);
+  if (!response.ok) {
+    $("history-summary").textContent = await problemText(response);
+    return;
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let count = 0;
+  const show = (line) => {
+    const item = JSON.parse(line);
+    if (item.done) {
+      const took = ((performance.now() - started) / 1000).toFixed(3);
+      const failed = item.done.failed.length ? `; failed: ${item.done.failed.join("; ")}` : "";
+      $("history-summary").textContent =
+        `${count} rows in ${took} s from ${item.done.databases.join(", ") || "no database"}${failed}`;
+    } else if (item.error) {
+      $("history-summary").textContent = item.error;
+    } else {
+      count += 1;
+      body.append(row([item.timestamp, item.publisher, JSON.stringify(item.attributes)]));
+      $("history-summary").textContent = `${count} rows…`;
+    }
+  };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    const lines = buffer.split("\n");
+    buffer = lines.pop();
+    lines.filter((l) => l.trim()).forEach(show);
+  }
+  if (buffer.trim()) show(buffer);
+});
+
+fetch("/api/v1/broker").then((r) => r.json()).then((b) => {
+  $("served-by").textContent = `served by ${b.id}`;
+});
+poll();
+setInterval(poll, POLL_MS);
