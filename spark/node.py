@@ -1,0 +1,102 @@
+"""An archive node: a client of a broker that offers an archive for replay, as a database node
+offers its store, and answers the historic queries routed to it from the archive's files.
+
+It offers one ``[class,eq,'<class>']`` per class the catalog holds, so a historic or hybrid
+subscription reaches it by content, wherever it is in the overlay. A query is planned from the
+catalog (only files whose statistics overlap the filter and its window are read), answered
+exactly, and streamed back in time order in batches, then ``ReplayEnd``. The subscriber's broker
+merges the answer with those of the live databases, each publication once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from typing import Any
+
+from padres.client import Client
+from padres.errors import ConnectionLost, PadresError
+from padres.messages import Filter, Predicate
+from padres.protocol import ReplayBatch, ReplayEnd, ReplayRequest
+from rete.operators import Op
+from spark.archive import Archive
+
+__all__ = ["ArchiveNode"]
+
+log = logging.getLogger("padres.archive")
+
+
+class ArchiveNode:
+    """Offers ``archive`` through ``client`` and answers its replay requests."""
+
+    def __init__(self, node_id: str, client: Client, archive: Archive, *, batch: int = 500) -> None:
+        self.id = node_id
+        self.client = client
+        self.archive = archive
+        self.batch = batch
+        self.offers: dict[str, str] = {}
+        """Class -> the id of its replay offer."""
+        self.replayed = 0
+        self.files_read = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        client.on_replay = self._on_replay
+
+    async def start(self) -> None:
+        """Offer every class of the archive (called again, offers the classes loaded since)."""
+        for held in await asyncio.to_thread(self.archive.classes):
+            if held.class_name in self.offers:
+                continue
+            ident = "archive-" + hashlib.sha256(held.class_name.encode()).hexdigest()[:16]
+            offer = Filter((Predicate("class", Op.EQ, held.class_name),))
+            await self.client.offer_replay(offer, id=ident)
+            self.offers[held.class_name] = ident
+            log.info(
+                "%s: offers %s, %s to %s, %d publications in %d files",
+                self.id,
+                held.class_name,
+                held.start.isoformat(),
+                held.end.isoformat(),
+                held.rows,
+                held.files,
+            )
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _on_replay(self, request: ReplayRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._replay(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _replay(self, request: ReplayRequest) -> None:
+        rid, db = request.subscription.id, request.database
+        flt = request.subscription.filter
+        loop = asyncio.get_running_loop()
+
+        def run() -> int:
+            sent = 0
+            plan = self.archive.plan(flt)
+            self.files_read += len(plan.read)
+            for chunk in self.archive.stream(flt, self.batch, plan):
+                batch = ReplayBatch(rid, db, tuple(chunk))
+                asyncio.run_coroutine_threadsafe(self.client.answer([batch]), loop).result()
+                sent += len(chunk)
+            return sent
+
+        end: Any
+        try:
+            try:
+                end = ReplayEnd(rid, db, await asyncio.to_thread(run))
+            except (PadresError, OSError) as exc:
+                log.warning("%s: replay %s failed: %s", self.id, rid, exc)
+                end = ReplayEnd(rid, db, 0, f"archive query failed: {exc}")
+            await self.client.answer([end])
+        except ConnectionLost as exc:
+            log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)
+            return
+        self.replayed += end.count

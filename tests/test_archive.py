@@ -1,0 +1,352 @@
+"""The archive end to end with Spark: a load job, the catalog, pruned queries equal to an
+unpruned scan and to the reference matcher, Spark's own evaluation of filters, bad inputs, and
+a historic subscription answered through a broker from the archive and a database together.
+
+One Spark session serves the whole module (each start costs seconds), on tiny data."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from padres.cli import main
+from padres.matching import matches
+from padres.messages import Filter, Publication, Subscription
+from padres.parser import parse_filter, parse_publication
+from padres.reference import ReferenceMatcher
+from padres.wire import decode, encode
+from rete.operators import Value
+from spark.archive import Archive
+from spark.errors import InputError, JavaMissing
+from spark.expression import expression
+from spark.inputs import Format, Period, Reading
+from spark.load import load
+from spark.query import spark_query
+from spark.session import java
+from tests.strategies import scaled
+from tests.test_archive_plan import filters
+
+try:
+    java()
+except JavaMissing as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+pytest.importorskip("pyspark", reason="the archive needs pyspark: pip install 'padres[archive]'")
+pytestmark = pytest.mark.timeout(600)  # JVMs start slowly on a busy machine
+
+SAMPLE = Path(__file__).parent.parent / "padres" / "data" / "stockquotes-sample.txt"
+BASE = datetime(2001, 1, 30, tzinfo=UTC)
+POOL: list[Value] = [
+    0, 1, -3, 7, 2**53, 2**53 + 1, 2**63 - 1, -(2**63),
+    0.0, -0.0, 0.5, 7.0, -2.5, 9007199254740992.0, 1e300,
+    "", "a", "ab", "b", "é", "😀", "a%_", "MSFT",
+    True, False,
+]  # fmt: skip
+
+
+def _pubs(rng: random.Random, count: int, first: int) -> list[Publication]:
+    out = []
+    for i in range(first, first + count):
+        attrs: dict[str, Value] = {"class": rng.choice(["C", "D"])}
+        for name in rng.sample(["a", "b", "c"], rng.randint(0, 3)):
+            attrs[name] = rng.choice(POOL)
+        at = BASE + timedelta(hours=rng.randint(0, 24 * 60), microseconds=rng.randint(0, 9))
+        out.append(Publication(f"p{i}", attrs, at, rng.choice(["x", "y"])))
+    return out
+
+
+def _write(path: Path, pubs: list[Publication]) -> str:
+    path.write_bytes(b"".join(encode(p) + b"\n" for p in pubs))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Archive, list[Publication]]]:
+    """An archive of two classes over three months, loaded twice (the second load adds files
+    whose times overlap the first's, with a column the first did not have)."""
+    tmp = tmp_path_factory.mktemp("archive")
+    rng = random.Random(7)
+    first, second = _pubs(rng, 240, 0), _pubs(rng, 60, 240)
+    second.append(Publication("late", {"class": "C", "d": 4}, BASE + timedelta(days=3), "x"))
+    root = tmp / "archive"
+    json = Reading(Format.JSON, period=Period.MONTH)
+    load([_write(tmp / "one.jsonl", first)], root, json)
+    load([_write(tmp / "two.jsonl", second)], root, json)
+    archive = Archive(root)
+    yield archive, first + second
+    archive.close()
+
+
+def _key(p: Publication) -> tuple[datetime, str, str]:
+    return (p.timestamp, p.publisher, p.id)
+
+
+def _reference(flt: Filter, pubs: list[Publication]) -> list[Publication]:
+    window = flt.window
+    return sorted(
+        (p for p in pubs if (window is None or p.timestamp in window) and matches(flt, p)),
+        key=_key,
+    )
+
+
+def _ordered(found: list[Publication]) -> list[Publication]:
+    times = [p.timestamp for p in found]
+    assert times == sorted(times), "not in time order"
+    return sorted(found, key=_key)
+
+
+def test_the_load_writes_a_file_per_class_and_period_and_catalogs_it(
+    data: tuple[Archive, list[Publication]],
+) -> None:
+    archive, pubs = data
+    files = archive.files()
+    assert sum(f.rows for f in files) == len(pubs)
+    assert {(f.class_name, f.period) for f in files} == {
+        (p.class_name, f"{p.timestamp:%Y-%m}") for p in pubs
+    }
+    for f in files:
+        assert (archive.root / f.path).is_file()
+        assert f.path.startswith(f"class={f.class_name}/period={f.period}/")
+    late = [f for f in files if "d__int" in f.columns and f.columns["d__int"].nulls < f.rows]
+    assert len(late) == 1 and late[0].columns["d__int"].low == 4
+    held = {c.class_name: c.rows for c in archive.classes()}
+    assert held == {c: sum(p.class_name == c for p in pubs) for c in ("C", "D")}
+
+
+@settings(
+    max_examples=scaled(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.data())
+def test_pruned_reads_equal_the_full_scan_and_the_reference(
+    data: tuple[Archive, list[Publication]], draw: st.DataObject
+) -> None:
+    archive, pubs = data
+    class_name = draw.draw(st.sampled_from(["C", "D"]))
+    flt = draw.draw(filters([p for p in pubs if p.class_name == class_name], class_name))
+    pruned = _ordered(archive.query(flt))
+    full = _ordered(archive.full_scan(flt))
+    assert pruned == full == _reference(flt, pubs)
+
+
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.data())
+def test_spark_evaluates_filters_as_the_reference_matcher(
+    data: tuple[Archive, list[Publication]], draw: st.DataObject
+) -> None:
+    """Many filters in one Spark job: one boolean column each, over every file of a class."""
+    from pyspark.sql import SparkSession
+
+    archive, pubs = data
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    for class_name in ("C", "D"):
+        mine = [p for p in pubs if p.class_name == class_name]
+        flts = draw.draw(st.lists(filters(mine, class_name), min_size=40, max_size=40))
+        frame = spark.read.option("mergeSchema", "true").parquet(
+            *archive.paths(archive.files(class_name))
+        )
+        tests = [expression(f, frame.columns).alias(f"m{i}") for i, f in enumerate(flts)]
+        rows = frame.select("_publisher", "_id", *tests).collect()
+        for i, flt in enumerate(flts):
+            got = sorted((r["_publisher"], r["_id"]) for r in rows if r[f"m{i}"])
+            assert got == sorted((p.publisher, p.id) for p in _reference(flt, pubs)), flt
+
+
+def test_a_spark_query_equals_the_reference_pruned_or_not(
+    data: tuple[Archive, list[Publication]],
+) -> None:
+    archive, pubs = data
+    flt = parse_filter("[class,eq,'C'],[a,>=,0],[time,>=,'2001-02-01'],[time,<,'2001-03-01']")
+    pruned = spark_query(archive, flt)
+    full = spark_query(archive, flt, prune=False)
+    expected = _reference(flt, pubs)
+    assert expected and pruned.publications == full.publications
+    assert _ordered(pruned.publications) == expected
+    assert pruned.files_read < full.files_read == len(archive.files("C"))
+
+
+def _files_on_disk(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*.parquet") if "_staging" not in p.parts}
+
+
+def test_a_missing_or_bad_input_leaves_the_archive_as_it_was(
+    data: tuple[Archive, list[Publication]], tmp_path: Path
+) -> None:
+    archive, _ = data
+    before = (_files_on_disk(archive.root), archive.files())
+    json = Reading(Format.JSON)
+    with pytest.raises(InputError, match=r"input .*nowhere\.jsonl does not exist"):
+        load([str(tmp_path / "nowhere.jsonl")], archive.root, json)
+    good = encode(Publication("ok", {"class": "C", "a": 1}, BASE, "x")).decode()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(f'{good}\n{good}\n{{"type": "publication"\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"1 bad line\(s\), nothing loaded: bad\.jsonl line 3"):
+        load([str(bad)], archive.root, json)
+    text = tmp_path / "quotes.txt"
+    text.write_text("[class,'STOCK'],[date,'28-Dec-04']\n[class,'STOCK'],[date,'yesterday']\n")
+    with pytest.raises(InputError, match=r"quotes\.txt line 2: time 'yesterday' of 'date'"):
+        load([str(text)], archive.root, Reading(time_attribute="date", time_format="%d-%b-%y"))
+    assert (_files_on_disk(archive.root), archive.files()) == before
+
+
+def test_the_stock_quotes_answer_as_the_reference_matcher_finds(tmp_path: Path) -> None:
+    reading = Reading(time_attribute="date", time_format="%d-%b-%y")
+    report = load([str(SAMPLE)], tmp_path / "quotes", reading)
+    assert report.rows == 1000
+    archive = Archive(tmp_path / "quotes")
+    content = "[class,eq,'STOCK'],[symbol,eq,'MSFT'],[close,>,28]"
+    flt = parse_filter(f"{content},[time,>=,'2004-10-01'],[time,<,'2004-12-01']")
+    matcher = ReferenceMatcher()
+    matcher.add(Subscription("s", parse_filter(content)))
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    expected = set()
+    for i, line in enumerate(lines):
+        pub = parse_publication(line, id=f"{i}", timestamp=BASE)
+        day = datetime.strptime(str(pub.attributes["date"]), "%d-%b-%y").replace(tzinfo=UTC)
+        if flt.window is not None and day in flt.window and matcher.match(pub).subscriptions:
+            expected.add(f"stockquotes-sample.txt-{i + 1}")
+    plan = archive.plan(flt)
+    assert [f.period for f in plan.read] == ["2004-10", "2004-11"]
+    assert len(expected) > 5
+    assert {p.id for p in archive.query(flt)} == expected
+    archive.close()
+
+
+def test_the_command_line_answers_a_query_and_names_a_missing_input(
+    data: tuple[Archive, list[Publication]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive, pubs = data
+    text = "[class,eq,'D'],[b,isPresent,''],[time,<,'2001-03-15']"
+    args = ["archive", "query", text, "--archive", str(archive.root), "--local", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    got = [decode(line) for line in out.out.splitlines()]
+    assert _ordered(got) == _reference(parse_filter(text), pubs)  # type: ignore[arg-type]
+    assert f"{len(got)} matches; read " in out.err
+    missing = str(tmp_path / "nowhere.txt")
+    assert main(["archive", "load", missing, "--archive", str(tmp_path / "new")]) == 1
+    assert f"padres archive: input {missing} does not exist" in capsys.readouterr().err
+
+
+async def _past_and_live(broker: str, url: str, root: Path) -> tuple[list[str], list[str], Any]:
+    """A hybrid subscription answered by a database node and an archive node together."""
+    from historic.node import DatabaseNode
+    from historic.store import Store
+    from padres.client import Client
+    from padres.protocol import Notify
+    from spark.node import ArchiveNode
+
+    db_client = await Client(broker, "DB1").connect()
+    store = Store(url)
+    database = DatabaseNode("DB1", db_client, store)
+    await database.start()
+    await database.store_spec("[class,eq,'Order']")
+    archive = Archive(root)
+    archive_client = await Client(broker, "A1").connect()
+    node = ArchiveNode("A1", archive_client, archive)
+    await node.start()
+    manager = await Client(broker, "manager").connect()
+    shop = await Client(broker, "shop").connect()
+    try:
+        await shop.advertise("[class,eq,'Order'],[item,isPresent,''],[n,isPresent,0]")
+        orders = await manager.subscribe(
+            "[class,eq,'Order'],[item,eq,'shoes'],[time,>=,'2026-01-05T00:00']"
+        )
+        done = await orders.replayed(timeout=60)
+        await shop.publish("[class,'Order'],[item,'shoes'],[n,20]", id="o20")
+        await shop.publish("[class,'Order'],[item,'hats'],[n,21]", id="o21")
+        got: list[Any] = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                got.append(await orders.get(timeout=3.0))
+        ids = [d.publication.id for d in got if isinstance(d, Notify)]
+        times = [d.publication.timestamp for d in got if isinstance(d, Notify)]
+        assert times == sorted(times)
+        return ids[: done.count], ids[done.count :], done
+    finally:
+        for client in (shop, manager, archive_client, db_client):
+            await client.close()
+        await node.stop()
+        await database.stop()
+        archive.close()
+        store.close()
+
+
+def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
+    brokers: dict[str, Any], tmp_path: Path
+) -> None:
+    from historic.store import Store
+    from padres.runtime.processes import BrokerProcess
+    from spark.move import move
+
+    url = f"sqlite:///{tmp_path / 'db1.sqlite'}"
+    base = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    history = [
+        Publication(
+            f"o{i}",
+            {"class": "Order", "item": "shoes" if i % 2 == 0 else "hats", "n": i},
+            base + timedelta(minutes=i),
+            "shop",
+        )
+        for i in range(20)
+    ]
+    store = Store(url)
+    store.add(history)
+    store.close()
+    root = tmp_path / "archive"
+    moved = move(url, root, base + timedelta(minutes=12), period=Period.DAY)
+    assert (moved.exported, moved.removed) == (12, 12)
+    store = Store(url)
+    assert store.count() == 8
+    store.close()
+    # Between a load and its delete both hold the same publications: load two of them again.
+    load([_write(tmp_path / "again.jsonl", history[12:14])], root, Reading(Format.JSON))
+    brokers["B1"] = BrokerProcess("B1")
+    past, live, done = asyncio.run(_past_and_live(brokers["B1"].start(), url, root))
+    assert past == [f"o{i}" for i in range(0, 20, 2)]
+    assert live == ["o20"]
+    assert len(done.databases) == 2 and not done.failed
+
+
+def test_the_jobs_run_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """A master and a worker on loopback, started from the installed pyspark; the load and the
+    query jobs run there (this test comes last: it ends the module's local session)."""
+    from pyspark.sql import SparkSession
+
+    from spark.cluster import LocalCluster
+
+    pubs = _pubs(random.Random(3), 40, 0)
+    with LocalCluster(tmp_path / "cluster") as master:
+        assert master.startswith("spark://127.0.0.1:")
+        try:
+            report = load(
+                [_write(tmp_path / "in.jsonl", pubs)],
+                tmp_path / "archive",
+                Reading(Format.JSON),
+                master=master,
+            )
+            archive = Archive(tmp_path / "archive")
+            flt = parse_filter("[class,eq,'C'],[a,isPresent,''],[time,<,'2001-03-01']")
+            result = spark_query(archive, flt, master=master)
+            archive.close()
+        finally:
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                assert active.sparkContext.master == master
+                active.stop()
+    assert report.rows == len(pubs)
+    assert _ordered(result.publications) == _reference(flt, pubs)
