@@ -38,8 +38,14 @@ def _keyword_function(names: list[str], body: Callable[..., bool]) -> Callable[.
 class ExpertaMatcher:
     def __init__(self, limits: CompositeLimits | None = None) -> None:
         limits = limits or CompositeLimits()
-        if limits.policy is not Policy.CONSUME_AND_REMAIN or limits.window is not None:
-            raise PadresError("the experta engine offers only consume-and-remain, without window")
+        if (
+            limits.policy is not Policy.CONSUME_AND_REMAIN
+            or limits.window is not None
+            or not limits.distinct
+        ):
+            raise PadresError(
+                "the experta engine offers only consume-and-remain, distinct parts, without window"
+            )
         self._subs: dict[str, Subscription | CompositeSubscription] = {}
         self._engine: Any = None
         self._fired: list[tuple[str, list[str], dict[str, Value]]] = []

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from padres.messages import CompositeSubscription, Filter, Publication, Subscription, Variable
+from padres.relations import satisfiable
 from rete.operators import NUMERIC, Value, evaluate
 
-__all__ = ["CompositeMatch", "MatchResult", "Matcher", "filter_bindings", "matches"]
+__all__ = ["CompositeMatch", "MatchResult", "Matcher", "conforms", "filter_bindings", "matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +88,21 @@ def filter_bindings(
 def matches(flt: Filter, pub: Publication) -> bool:
     """Whether ``pub`` satisfies a filter without variables."""
     return filter_bindings(flt, pub) is not None
+
+
+def conforms(advertisement: Filter, pub: Publication) -> bool:
+    """Whether ``pub`` is a publication ``advertisement`` announces, as PADRES checks it.
+
+    Each attribute the publication carries satisfies the advertisement's predicates on it; an
+    advertised attribute may be left out (``[class,'stock'],[price,80]`` conforms to
+    ``[class,eq,'stock'],[price,<,100],[amount,>,100]``), and attributes the advertisement does
+    not name are not checked. An advertisement that no publication can satisfy whole (``[x,>,5],
+    [x,<,3]``) announces nothing, so that routing, which asks whether a subscription overlaps
+    an advertisement, never misses a publication that conforms.
+    """
+    attrs = pub.attributes
+    for p in advertisement.predicates:
+        value = attrs.get(p.attribute)
+        if value is not None and not evaluate(p.op, p.value, value):  # type: ignore[arg-type]
+            return False
+    return satisfiable(advertisement)

@@ -8,21 +8,24 @@ Grammar (whitespace may stand between any two tokens)::
     predicate    := "[" NAME "," operator ("," operand)? "]" | "[" "time" "," operator "," time "]"
     composite    := all ("||" all)*
     all          := primary ("&" primary)*
-    primary      := "{" filter "}" | "(" composite ")"
-    literal      := STRING | NUMBER | "true" | "false"
+    primary      := "{" filter "}" | "(" composite ")" | "{" composite "}"   (PADRES' grouping)
+    literal      := STRING | NUMBER | "true" | "false" | WORD
     operand      := literal | VARIABLE            VARIABLE: $X, $S$X, $I$X, $F$X
 
 Strings are single-quoted; inside them ``\\'``, ``\\\\``, ``\\n``, ``\\r`` and ``\\t`` are the only
-escapes. A time is a quoted ISO 8601 time or ``now`` with an optional offset (``now-1h``); time
-predicates make the filter's window (see ``padres.times``). Any failure raises ``ParseError``
-with the column of the offending token.
+escapes. As in PADRES, a string may also be written bare, as a WORD: a letter, ``_``, ``:`` or
+``/``, then letters, digits, ``_``, ``.``, ``-``, ``:`` or ``/`` (``[symbol,eq,IBM]``); ``true``
+and ``false`` are booleans, and what reads as a number is a number. A time is a quoted ISO 8601
+time or ``now`` with an optional offset (``now-1h``); time predicates make the filter's window
+(see ``padres.times``). PADRES' historic queries are read too (see ``_padres_query``). Any
+failure raises ``ParseError`` with the column of the offending token.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Final, NamedTuple, TypeVar
 
@@ -47,6 +50,7 @@ from padres.times import narrow, parse_time
 from rete.operators import Op, Value
 
 __all__ = [
+    "java_time",
     "message_kind",
     "parse_advertisement",
     "parse_composite",
@@ -57,6 +61,7 @@ __all__ = [
 ]
 
 _NAME_RE: Final = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_WORD_RE: Final = r"[A-Za-z_:/][A-Za-z0-9_.\-:/]*"
 _STRING_RE: Final = r"'(?:[^'\\]|\\.)*'"
 _NUMBER_RE: Final = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -66,7 +71,7 @@ _TOKEN: Final = re.compile(
     |(?P<string>{_STRING_RE})
     |(?P<number>{_NUMBER_RE})
     |(?P<variable>\$(?:[SIF]\$)?{_NAME_RE})
-    |(?P<word>{_NAME_RE})
+    |(?P<word>{_WORD_RE})
     |(?P<symbol><=|>=|<>|\|\||[<>=\[\],{{}}()&])
     |(?P<bad>.)
     """,
@@ -149,11 +154,7 @@ def _literal(kind: str, raw: str, text: str, pos: int) -> Value:
         return True
     if raw == "false":
         return False
-    raise ParseError(
-        f"expected a value but found {raw!r} (string values are quoted: '{raw}')",
-        source=text,
-        column=pos + 1,
-    )
+    return raw  # a bare string, as PADRES writes them: [symbol,eq,IBM]
 
 
 _T = TypeVar("_T")
@@ -172,6 +173,8 @@ class _Parser:
         self.i = 0
         self.now = _now()
         """What ``now`` means in this text: one instant for all of its time predicates."""
+        self.query_id: str | None = None
+        """The ``_query_id`` of a PADRES historic query read by ``filter`` (the last one)."""
 
     # -- token helpers -------------------------------------------------------------------------
 
@@ -307,7 +310,10 @@ class _Parser:
             if self.peek().text != ",":
                 break
             self.take()
-        return self.build(start, lambda: Filter(tuple(preds), window))
+        query = self.build(start, lambda: _padres_query(preds, window, self.now))
+        if query.query_id is not None:
+            self.query_id = query.query_id
+        return self.build(start, lambda: Filter(query.predicates, query.window))
 
     # -- composites ----------------------------------------------------------------------------
 
@@ -329,6 +335,10 @@ class _Parser:
 
     def primary(self) -> Expression:
         tok = self.take()
+        if tok.text == "{" and self.peek().text in ("{", "("):
+            expr = self.composite()  # PADRES groups with braces: {{[...]}&{[...]}}
+            self.expect("}", "to close the group")
+            return expr
         if tok.text == "{":
             flt = self.filter()
             self.expect("}", "to close the part")
@@ -346,6 +356,93 @@ class _Parser:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+_HISTORIC: Final = "historic"
+"""The class of PADRES' historic queries."""
+_QUERY_ID: Final = "_query_id"
+_QUERY_ATTRIBUTES: Final = ("class", "subclass", _QUERY_ID, "_start_time", "_end_time")
+_JAVA_DATE: Final = re.compile(
+    r"[A-Za-z]{3} ([A-Za-z]{3}) +(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2}) "
+    r"([A-Za-z]+|GMT[+-]\d{2}:?\d{2}) (\d{4})"
+)
+_MONTHS: Final = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+_ZONES: Final = {
+    **dict.fromkeys(("UTC", "GMT", "UT", "Z", "WET"), 0.0),
+    **{"EST": -5.0, "EDT": -4.0, "CST": -6.0, "CDT": -5.0, "MST": -7.0, "MDT": -6.0},
+    **{"PST": -8.0, "PDT": -7.0, "AKST": -9.0, "AKDT": -8.0, "HST": -10.0, "AST": -4.0},
+    **{"ADT": -3.0, "NST": -3.5, "NDT": -2.5, "BST": 1.0, "WEST": 1.0, "CET": 1.0},
+    **{"CEST": 2.0, "EET": 2.0, "EEST": 3.0, "MSK": 3.0, "JST": 9.0, "KST": 9.0},
+    **{"AEST": 10.0, "AEDT": 11.0, "NZST": 12.0, "NZDT": 13.0},
+}
+
+
+def java_time(text: str, now: datetime | None = None) -> datetime:
+    """A time as Java's ``Date.toString`` writes it, ``'Thu Jul 20 22:23:59 EDT 2010'`` (the
+    zone an abbreviation or ``GMT+05:30``), or any time ``parse_time`` reads (``now`` is what
+    ``now`` means there)."""
+    m = _JAVA_DATE.fullmatch(text.strip())
+    if m is None:
+        return parse_time(text, now)
+    month, day, hour, minute, second, zone, year = m.groups()
+    if zone.startswith("GMT") and len(zone) > 3:
+        digits = zone[4:].replace(":", "")
+        offset = int(digits[:2]) + int(digits[2:]) / 60
+        offset = -offset if zone[3] == "-" else offset
+    elif zone in _ZONES:
+        offset = _ZONES[zone]
+    else:
+        raise InvalidMessage(f"unknown time zone {zone!r} in {text!r} (use UTC or GMT+hh:mm)")
+    if month not in _MONTHS:
+        raise InvalidMessage(f"unknown month {month!r} in {text!r}")
+    try:
+        local = datetime(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second))
+        utc = local - timedelta(hours=offset)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidMessage(f"not a time: {text!r} ({exc})") from None
+    return parse_time(utc.isoformat())
+
+
+class _Query(NamedTuple):
+    predicates: tuple[Predicate, ...]
+    window: TimeWindow | None
+    query_id: str | None
+
+
+def _padres_query(predicates: list[Predicate], window: TimeWindow | None, now: datetime) -> _Query:
+    """A PADRES historic query in this language's terms; any other filter as it is.
+
+    ``[class,eq,'historic'],[subclass,eq,'stock'],[_query_id,eq,'q1'],...`` with optional
+    ``[_start_time,eq,'<time>']`` and ``[_end_time,eq,'<time>']`` (exclusive bounds, in Java's
+    date format) asks the databases for stored ``stock`` publications: it becomes
+    ``[class,eq,'stock'],...`` with the window ``start < time < end``, the end ``now`` when none
+    is given (a historic query asks only for the past).
+    """
+    named: dict[str, list[Predicate]] = {}
+    for p in predicates:
+        named.setdefault(p.attribute, []).append(p)
+    if _QUERY_ID not in named or [p.value for p in named.get("class", [])] != [_HISTORIC]:
+        return _Query(tuple(predicates), window, None)
+    values: dict[str, str] = {}
+    for attribute in _QUERY_ATTRIBUTES:
+        found = named.get(attribute, [])
+        if len(found) > 1 or any(p.op is not Op.EQ or type(p.value) is not str for p in found):
+            raise InvalidMessage(f"a historic query takes one [{attribute},eq,'<text>']")
+        if found:
+            values[attribute] = found[0].value  # type: ignore[assignment]
+    if "subclass" not in values:
+        raise InvalidMessage("a historic query names its class: [subclass,eq,'<class>']")
+    if "_start_time" in values:
+        window = narrow(window, Op.GT, java_time(values["_start_time"], now))
+    end = java_time(values["_end_time"], now) if "_end_time" in values else now
+    window = narrow(window, Op.LT, end)
+    rest = (p for p in predicates if p.attribute not in _QUERY_ATTRIBUTES)
+    return _Query((Predicate("class", Op.EQ, values["subclass"]), *rest), window, values[_QUERY_ID])
 
 
 def _fast_attributes(text: str) -> dict[str, Value] | None:
@@ -408,7 +505,14 @@ def _with_filter(text: str, make: Callable[[Filter], _T]) -> _T:
 
 
 def parse_subscription(text: str, *, id: str) -> Subscription:
-    return _with_filter(text, lambda f: Subscription(id, f))
+    """Parse a subscription; a PADRES historic query takes its ``_query_id`` as its id."""
+    parser = _Parser(text)
+    flt = parser.filter()
+    parser.finish()
+    try:
+        return Subscription(parser.query_id or id, flt)
+    except InvalidMessage as exc:
+        raise ParseError(str(exc), source=text, column=1) from None
 
 
 def parse_advertisement(text: str, *, id: str) -> Advertisement:

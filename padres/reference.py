@@ -5,7 +5,8 @@ correct rather than fast. Composite semantics (see docs/language.md):
 
 * a composite subscription remembers the publications that matched any of its parts, per part;
 * a new publication completes a match when, for one pattern of the composite's disjunctive normal
-  form, distinct publications fill every part, the new one among them, with agreeing bindings;
+  form, distinct publications fill every part, the new one among them, with agreeing bindings
+  (with ``distinct=False`` one publication may fill several parts);
 * the same set of publications with the same bindings is one match, however many ways it fills
   the parts;
 * ``CONSUME_AND_REMAIN`` (PADRES) reports every match the new publication completes and keeps all
@@ -107,7 +108,7 @@ class ReferenceMatcher:
             for slot, leaf in enumerate(pattern):
                 if leaf not in hits:
                     continue
-                for facts, bindings in self._fill(state, pattern, {slot: new}, hits[leaf]):
+                for facts, bindings in self._fill(state, pattern, {slot: new}, hits[leaf], new):
                     match = CompositeMatch(sub.id, tuple(f.pub for f in facts), bindings)
                     others = tuple(sorted(f.seq for f in facts if f is not new))
                     order = (others, index, tuple(f.seq for f in facts))
@@ -134,17 +135,21 @@ class ReferenceMatcher:
         pattern: tuple[int, ...],
         chosen: dict[int, _Fact],
         bindings: Mapping[str, Value],
+        new: _Fact,
     ) -> Iterator[tuple[list[_Fact], dict[str, Value]]]:
-        """Every way to fill the remaining slots of ``pattern`` from the parts' memories."""
+        """Every way to fill the remaining slots of ``pattern`` from the parts' memories (and
+        with the new publication again, when parts need not be distinct publications)."""
         free = next((s for s in range(len(pattern)) if s not in chosen), None)
         if free is None:
             yield [chosen[s] for s in range(len(pattern))], dict(bindings)
             return
-        used = {f.pub.id for f in chosen.values()}
+        distinct = self.limits.distinct
+        used = {f.pub.id for f in chosen.values()} if distinct else set()
         flt = state.sub.filters[pattern[free]]
-        for fact in state.memories[pattern[free]]:
+        candidates = state.memories[pattern[free]] + ([] if distinct else [new])
+        for fact in candidates:
             if fact.pub.id in used:
                 continue
             b = filter_bindings(flt, fact.pub, bindings)
             if b is not None:
-                yield from self._fill(state, pattern, {**chosen, free: fact}, b)
+                yield from self._fill(state, pattern, {**chosen, free: fact}, b, new)

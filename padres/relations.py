@@ -1,12 +1,14 @@
 """Relations between filters, for routing: can two filters match one publication (overlap), and
 does every publication one matches also match the other (covering)?
 
-Each relation is decided attribute by attribute, over the values each side allows there. Both are
-sound where routing needs it: ``overlaps`` may answer yes for filters with nothing in common
-(a little extra traffic) but never no for filters that share a publication (a lost delivery);
-``covers`` may answer no for a covered filter (a larger routing table) but never yes for one
-that is not covered. Numbers and booleans are decided exactly; strings exactly for ``eq``, and
-conservatively when prefixes, suffixes, substrings and string ranges combine.
+Each relation is decided attribute by attribute, over the values each side allows there. Routing
+needs ``overlaps`` never to answer no for filters that share a publication (a lost delivery),
+and ``covers`` never to answer yes for a filter that is not covered. ``overlaps`` is exact, for
+numbers, booleans and strings whatever the operators combined on one attribute (see
+``_Strings.nonempty``), so no subscription travels toward advertisements it cannot match.
+``covers`` is exact for numbers and booleans; for strings it decides from the operands
+(``str-prefix 'ab'`` implies ``str-ge 'ab'``, say) and answers no when it cannot tell (a larger
+routing table, never a lost delivery).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from functools import lru_cache
 from padres.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, evaluate
 
-__all__ = ["covers", "overlaps"]
+__all__ = ["covers", "overlaps", "satisfiable"]
 
 
 @dataclass
@@ -85,30 +87,38 @@ class _Strings:
             and all(_string_test(op, s, x) for op, x in self.bounds)
         )
 
-    def maybe_nonempty(self) -> bool:
-        """False only when no string can satisfy the predicates (sound for overlap)."""
-        if len(self.equal) > 1:
-            return False
+    def nonempty(self) -> bool:
+        """Whether some string satisfies the predicates (exact).
+
+        The bounds and the prefixes make an interval of the string order, ``[low, high)``
+        (``high`` None: no end). An interval that holds infinitely many strings holds, past
+        ``low``, strings with any ending, so suffixes, substrings and the finitely many
+        excluded strings cannot empty it; a finite one (``high`` is ``low`` followed by NULs)
+        is checked string by string.
+        """
         if self.equal:
-            return self.admits(next(iter(self.equal)))
-        longest = max(self.prefixes, key=len, default="")
-        if any(not longest.startswith(p) for p in self.prefixes):
-            return False
+            return len(self.equal) == 1 and self.admits(next(iter(self.equal)))
         tail = max(self.suffixes, key=len, default="")
         if any(not tail.endswith(q) for q in self.suffixes):
             return False
-        lows = [x for op, x in self.bounds if op in (Op.STR_GT, Op.STR_GE)]
-        highs = [(op, x) for op, x in self.bounds if op in (Op.STR_LT, Op.STR_LE)]
-        for op, high in highs:
-            # the smallest string with the prefix is the prefix itself
-            if longest > high or (longest == high and op is Op.STR_LT):
-                return False
-            for low in lows:
-                if low > high:
-                    return False
-        # The candidate prefix+parts+suffix often decides it outright.
-        candidate = longest + "".join(sorted(self.parts)) + tail
-        return self.admits(candidate) or bool(self.parts or self.bounds or self.excluded)
+        low: str = ""
+        high: str | None = None
+        for op, x in self.bounds:
+            if op in (Op.STR_GT, Op.STR_GE):
+                low = max(low, x + "\0" if op is Op.STR_GT else x)
+            else:
+                end = x + "\0" if op is Op.STR_LE else x
+                high = end if high is None else min(high, end)
+        for prefix in self.prefixes:  # the strings starting with it: [prefix, _after(prefix))
+            low = max(low, prefix)
+            after = _after(prefix)
+            if after is not None:
+                high = after if high is None else min(high, after)
+        if high is not None and low >= high:
+            return False
+        if high is not None and high.startswith(low) and not high[len(low) :].strip("\0"):
+            return any(self.admits(low + "\0" * k) for k in range(len(high) - len(low)))
+        return True
 
     def implies(self, op: Op, x: str) -> bool:
         """Whether every string allowed here passes ``[attr, op, x]`` (sound, not complete)."""
@@ -129,6 +139,13 @@ class _Strings:
         if op in (Op.STR_LT, Op.STR_LE):
             return any(_at_most(bop, b, op, x) for bop, b in self.bounds)
         return False
+
+
+def _after(prefix: str) -> str | None:
+    """The smallest string above every string that starts with ``prefix`` (None: there is
+    none, every character of ``prefix`` being the last code point)."""
+    stem = prefix.rstrip("\U0010ffff")
+    return stem[:-1] + chr(ord(stem[-1]) + 1) if stem else None
 
 
 def _string_test(op: Op, s: str, x: str) -> bool:
@@ -220,11 +237,17 @@ def overlaps(a: Filter, b: Filter, *, b_closed: bool = False) -> bool:
         return False
     for space in _merged(a, b).values():
         numbers = space.numbers is not None and not space.numbers.empty()
-        strings = space.strings is not None and space.strings.maybe_nonempty()
+        strings = space.strings is not None and space.strings.nonempty()
         booleans = bool(space.booleans)
         if not (numbers or strings or booleans):
             return False
     return True
+
+
+@lru_cache(maxsize=1 << 12)
+def satisfiable(flt: Filter) -> bool:
+    """Whether some publication can match ``flt`` (exact)."""
+    return overlaps(flt, flt)
 
 
 def covers(a: Filter, b: Filter) -> bool:
@@ -253,7 +276,7 @@ def _within(inner: _Space, outer: _Space, predicates: list[Predicate]) -> bool:
     booleans = inner.booleans or set()
     if not booleans <= (outer.booleans or set()):
         return False
-    if inner.strings is not None and inner.strings.maybe_nonempty():
+    if inner.strings is not None and inner.strings.nonempty():
         if outer.strings is None:
             return False
         for p in predicates:

@@ -14,7 +14,7 @@ member is told of the matches whose facts all arrived after it did.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,11 +128,13 @@ class CompositeNode:
         does not store the new fact either.
         """
         results: list[tuple[int, list[Stored], dict[str, Value]]] = []
-        for leaf, leaf_bindings in hits.items():
-            first = Stored(seq, fact, leaf_bindings)
+        new = {leaf: Stored(seq, fact, leaf_bindings) for leaf, leaf_bindings in hits.items()}
+        also = {} if self.limits.distinct else new
+        for leaf, first in new.items():
             for p, slot, plan in self.starts[leaf]:
                 size = len(self.composite.patterns[p])
-                for chosen, bindings in self._join(plan, 0, {slot: first}, leaf_bindings, (seq,)):
+                joins = self._join(plan, 0, {slot: first}, first.bindings, (seq,), also)
+                for chosen, bindings in joins:
                     results.append((p, [chosen[s] for s in range(size)], bindings))
         if not results:
             return []
@@ -158,19 +160,26 @@ class CompositeNode:
         chosen: dict[int, Stored],
         bindings: dict[str, Value],
         used: tuple[int, ...],
+        also: dict[int, Stored],
     ) -> Iterator[tuple[dict[int, Stored], dict[str, Value]]]:
+        """Fill the plan's slots from the parts' memories, and from ``also`` (part -> the new
+        fact, when one fact may fill several parts)."""
         if step == len(plan):
             yield chosen, bindings
             return
         slot, part, probe = plan[step]
         memory = self.memories[part]
+        candidates: Iterable[Stored]
         if probe is None:
             candidates = memory.entries.values()
         else:
             candidates = memory.index[probe].get(bindings[probe], {}).values()
+        if part in also:
+            candidates = (*candidates, also[part])
         added = self.added[0]
+        distinct = self.limits.distinct
         for stored in candidates:
-            if stored.seq <= added or stored.seq in used:
+            if stored.seq <= added or (distinct and stored.seq in used):
                 continue
             merged = bindings
             for variable, value in stored.bindings.items():
@@ -181,4 +190,4 @@ class CompositeNode:
                     break
             else:
                 chosen_now = {**chosen, slot: stored}
-                yield from self._join(plan, step + 1, chosen_now, merged, (*used, stored.seq))
+                yield from self._join(plan, step + 1, chosen_now, merged, (*used, stored.seq), also)

@@ -24,11 +24,20 @@ class CompositeLimits:
 
     ``max_facts`` publications at most per part (the oldest are evicted first); with ``window``
     set, none whose timestamp is older than the newest timestamp seen minus ``window``.
+
+    ``distinct``: each part of a match is filled by a different publication (the default). With
+    ``distinct=False`` one publication may fill several parts, as in PADRES: ``[number,150],
+    [price,70]`` alone completes ``{[number,>,120]} & {[price,<,80]}``. Distinct is the default
+    because a composite subscription correlates several events; a single publication that
+    satisfies every part is what the atomic subscription joining the parts' predicates matches,
+    and counting it as a correlation would make ``{[class,eq,'A']} & {[class,eq,'A']}`` (two
+    orders) fire on every order.
     """
 
     policy: Policy = Policy.CONSUME_AND_REMAIN
     max_facts: int = 10_000
     window: timedelta | None = None
+    distinct: bool = True
 
     def __post_init__(self) -> None:
         if self.max_facts < 1:

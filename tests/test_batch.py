@@ -71,7 +71,7 @@ def test_ids_stay_stable_across_bad_lines_and_files() -> None:
     reader = BatchReader()
     first = [m for _, m in reader.read(["s [class,eq,'A']"], "one.txt")]
     with pytest.raises(ParseError):
-        reader.parse_line("s [class,eq,A]", 2)
+        reader.parse_line("s [class,eq,]", 2)
     second = [m for _, m in reader.read(["s [class,eq,'B']"], "two.txt")]
     assert [m.id for m in first + second if isinstance(m, Subscription)] == ["s1", "s3"]
 

@@ -46,11 +46,11 @@ def test_parse_reports_every_bad_line_and_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     f = tmp_path / "bad.txt"
-    f.write_text("s [class,eq,'A']\ns [class,eq,A]\np [class,'A']\ns [x,<,1]\n")
+    f.write_text("s [class,eq,'A']\ns [class,eq,]\np [class,'A']\ns [x,<,1]\n")
     code, out, err = run(capsys, "parse", str(f))
     assert code == 1
     assert out.splitlines() == ["s [class,eq,'A']", "p [class,'A']"]
-    assert f"{f}:line 2, column 13: expected a value but found 'A'" in err
+    assert f"{f}:line 2, column 13: expected a value for 'class' but found ']'" in err
     assert f"{f}:line 4, column 3: a filter needs exactly one class predicate" in err
     assert err.rstrip().endswith("2 invalid lines")
 
@@ -141,7 +141,7 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     assert orjson.loads(done.stdout)["type"] == "subscription"
     done = subprocess.run(
         [str(script), "parse", "-"],
-        input="[class,eq,A]\n",
+        input="[class,eq,]\n",
         capture_output=True,
         text=True,
         check=False,
