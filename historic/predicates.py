@@ -4,39 +4,43 @@ A predicate holds for a publication when the attribute is present, of the operat
 the comparison holds (see ``rete.operators``): numbers compare as numbers whether integer or
 float, exactly (an integer beyond 2**53 against a float is not rounded), strings by code point,
 and ``str-contains`` / ``str-prefix`` / ``str-postfix`` as substring tests, never as patterns.
+
+Each attribute of a class is in one field column per kind of value it has had (see
+``historic.schema``): a predicate tests the columns of its operator's kinds, on the
+publication's own row; an attribute no stored publication of the class has makes it false.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, and_, exists, false, func, literal, or_, select, true
-from sqlalchemy.sql.expression import FromClause
+from sqlalchemy import ColumnElement, and_, column, false, func, literal, or_
 
-from historic.schema import attributes, publications
+from historic.schema import publications
 from padres.messages import Filter, Predicate
 from rete.operators import Op
 
-__all__ = ["filter_clause"]
+__all__ = ["Fields", "filter_clause"]
+
+Fields = Mapping[str, Mapping[str, str]]
+"""A class's field columns: attribute name -> kind (``i``, ``f``, ``s``, ``b``) -> column."""
 
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**63 - 1
+_NUMERIC: Final = (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ_NUM, Op.NE_NUM)
 
 
-def _int_versus(column: Any, op: Op, x: int | float) -> ColumnElement[bool]:
-    """``column op x`` for integer ``column``, exact for any operand."""
+def _int_versus(c: Any, op: Op, x: int | float) -> ColumnElement[bool]:
+    """``c op x`` for an integer column ``c``, exact for any operand."""
     if type(x) is float:
-        if op is Op.LT:
-            op, x = Op.LT, math.ceil(x)
-        elif op is Op.LE:
-            op, x = Op.LE, math.floor(x)
-        elif op is Op.GT:
-            op, x = Op.GT, math.floor(x)
-        elif op is Op.GE:
-            op, x = Op.GE, math.ceil(x)
+        if op in (Op.LT, Op.GE):
+            x = math.ceil(x)
+        elif op in (Op.LE, Op.GT):
+            x = math.floor(x)
         elif not x.is_integer():
-            return true() if op is Op.NE_NUM else false()
+            return c.is_not(None) if op is Op.NE_NUM else false()
         else:
             x = int(x)
     k = int(x)
@@ -50,82 +54,81 @@ def _int_versus(column: Any, op: Op, x: int | float) -> ColumnElement[bool]:
             Op.EQ_NUM: False,
             Op.NE_NUM: True,
         }[op]
-        return true() if holds else false()
-    return _compare(column, op, literal(k))
+        return c.is_not(None) if holds else false()
+    return _compare(c, op, literal(k))
 
 
-def _float_versus(column: Any, op: Op, x: int | float) -> ColumnElement[bool]:
-    """``column op x`` for float ``column``, exact for integers no float can hold."""
+def _float_versus(c: Any, op: Op, x: int | float) -> ColumnElement[bool]:
+    """``c op x`` for a float column ``c``, exact for integers no float can hold."""
     xf = float(x)
     if type(x) is float or int(xf) == x:
-        return _compare(column, op, literal(xf))
+        return _compare(c, op, literal(xf))
     below, above = (
         (math.nextafter(xf, -math.inf), xf) if xf > x else (xf, math.nextafter(xf, math.inf))
     )
     if op in (Op.LT, Op.LE):
-        return _compare(column, Op.LE, literal(below))
+        return _compare(c, Op.LE, literal(below))
     if op in (Op.GT, Op.GE):
-        return _compare(column, Op.GE, literal(above))
-    return true() if op is Op.NE_NUM else false()
+        return _compare(c, Op.GE, literal(above))
+    return c.is_not(None) if op is Op.NE_NUM else false()
 
 
-def _compare(column: Any, op: Op, value: Any) -> ColumnElement[bool]:
+def _compare(c: Any, op: Op, value: Any) -> ColumnElement[bool]:
     match op:
         case Op.LT | Op.STR_LT:
-            return column < value  # type: ignore[no-any-return]
+            return c < value  # type: ignore[no-any-return]
         case Op.LE | Op.STR_LE:
-            return column <= value  # type: ignore[no-any-return]
+            return c <= value  # type: ignore[no-any-return]
         case Op.GT | Op.STR_GT:
-            return column > value  # type: ignore[no-any-return]
+            return c > value  # type: ignore[no-any-return]
         case Op.GE | Op.STR_GE:
-            return column >= value  # type: ignore[no-any-return]
+            return c >= value  # type: ignore[no-any-return]
         case Op.EQ_NUM | Op.EQ:
-            return column == value  # type: ignore[no-any-return]
+            return c == value  # type: ignore[no-any-return]
         case _:
-            return column != value  # type: ignore[no-any-return]
+            return c != value  # type: ignore[no-any-return]
 
 
-def _value_test(a: FromClause, p: Predicate, dialect: str) -> ColumnElement[bool]:
+def _any(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
+    return or_(*parts) if parts else false()
+
+
+def _value_test(kinds: Mapping[str, str], p: Predicate, dialect: str) -> ColumnElement[bool]:
+    """``p`` on the columns ``kinds`` (kind -> column) of its attribute."""
     op, x = p.op, p.value
-    c = a.c
     if op is Op.IS_PRESENT:
-        return true()
-    if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ_NUM, Op.NE_NUM):
+        return _any([column(name).is_not(None) for name in kinds.values()])
+    if op in _NUMERIC:
         number: int | float = x  # type: ignore[assignment]
-        return or_(
-            and_(c.kind == "i", _int_versus(c.i, op, number)),
-            and_(c.kind == "f", _float_versus(c.f, op, number)),
-        )
+        parts = []
+        if "i" in kinds:
+            parts.append(_int_versus(column(kinds["i"]), op, number))
+        if "f" in kinds:
+            parts.append(_float_versus(column(kinds["f"]), op, number))
+        return _any(parts)
     if type(x) is bool:  # eq / neq on a boolean
-        return and_(c.kind == "b", _compare(c.b, op, literal(x)))
+        return _compare(column(kinds["b"]), op, literal(x)) if "b" in kinds else false()
+    if "s" not in kinds:
+        return false()
     text: str = x  # type: ignore[assignment]
-    s = c.s if dialect != "postgresql" else c.s.collate("C")  # compare by code point
+    s: Any = column(kinds["s"])
     if op in (Op.EQ, Op.NEQ, Op.STR_LT, Op.STR_LE, Op.STR_GT, Op.STR_GE):
-        return and_(c.kind == "s", _compare(s, op, literal(text)))
+        by_code_point = s.collate("C") if dialect == "postgresql" else s
+        return _compare(by_code_point, op, literal(text))
     n = len(text)
     if op is Op.STR_PREFIX:
-        test = func.substr(c.s, 1, n) == literal(text)
-    elif op is Op.STR_POSTFIX:
-        test = and_(func.length(c.s) >= n, func.substr(c.s, func.length(c.s) - n + 1) == text)
-    else:  # str-contains
-        position = func.strpos if dialect == "postgresql" else func.instr
-        test = position(c.s, literal(text)) > 0
-    return and_(c.kind == "s", test)
+        return func.substr(s, 1, n) == literal(text)
+    if op is Op.STR_POSTFIX:
+        return and_(func.length(s) >= n, func.substr(s, func.length(s) - n + 1) == literal(text))
+    position = func.strpos if dialect == "postgresql" else func.instr  # str-contains
+    return position(s, literal(text)) > 0
 
 
-def filter_clause(flt: Filter, dialect: str) -> ColumnElement[bool]:
-    """A WHERE clause over ``publications`` selecting the rows that match ``flt``."""
+def filter_clause(flt: Filter, dialect: str, fields: Fields) -> ColumnElement[bool]:
+    """A WHERE clause over ``publications`` selecting the rows that match ``flt``; ``fields``
+    are the field columns of ``flt``'s class."""
     parts: list[ColumnElement[bool]] = [publications.c["class"] == flt.class_name]
     for p in flt.predicates:
-        if p.attribute == "class":
-            continue
-        a = attributes.alias()
-        parts.append(
-            exists(
-                select(literal(1))
-                .select_from(a)
-                .where(a.c.pub == publications.c.pk, a.c.name == p.attribute)
-                .where(_value_test(a, p, dialect))
-            )
-        )
+        if p.attribute != "class":
+            parts.append(_value_test(fields.get(p.attribute, {}), p, dialect))
     return and_(*parts)

@@ -1,12 +1,13 @@
 """``padres bench replay``: the historic path end to end, through a broker and a database node.
 
 A broker and a database node (``padres db``, storing ``[class,eq,'STOCK']`` in a fresh SQLite
-file) run as processes. A publisher sends ``count`` stock publications (the real quotes,
-repeated with shifted times, one per second of event time) at up to ``rate`` per second; the
-ingest rate is the count over the time until the database has stored the last one. Then a
-client makes a historic subscription selecting about 1% (a tenth of the span by time, the top
-tenth by volume) and the time to its ``ReplayDone`` (the last result) is measured, median of 3,
-against the same query run on the store directly in this process.
+file, or in the empty database at ``url``) run as processes. A publisher sends ``count`` stock
+publications (the real quotes, repeated with shifted times, one per second of event time) at up
+to ``rate`` per second; the ingest rate is the count over the time until the database has stored
+the last one. Then a client makes a historic subscription selecting about 1% (a tenth of the
+span by time, the top tenth by volume) and the time to its ``ReplayDone`` (the last result) is
+measured, median of 3, against the same query run on the store directly in this process. The
+node's peak resident memory is read from ``/proc`` at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from historic.store import Store
 from padres.bench import machine
 from padres.bench.workloads import STOCK_ADVERTISEMENT
 from padres.client import Client
+from padres.errors import StoreError
 from padres.printer import format_filter
 from padres.runtime.processes import BrokerProcess, DatabaseProcess
 
@@ -75,30 +77,53 @@ async def _drive(
     }
 
 
-def run(count: int = 1_000_000, rate: float = 20_000, data: Path | None = None) -> dict[str, Any]:
+def run(
+    count: int = 1_000_000,
+    rate: float = 100_000,
+    data: Path | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        db_url = f"sqlite:///{tmp}/replay.sqlite"
-        broker = BrokerProcess("B1")
-        url = broker.start()
-        db = DatabaseProcess("DB1", url, db_url, stores=["[class,eq,'STOCK']"])
+        db_url = url or f"sqlite:///{tmp}/replay.sqlite"
         store = Store(db_url)
+        if store.count():
+            store.close()
+            raise StoreError(f"the store at {url} is not empty: the benchmark needs an empty one")
+        broker = BrokerProcess("B1")
+        broker_url = broker.start()
+        db = DatabaseProcess("DB1", broker_url, db_url, stores=["[class,eq,'STOCK']"])
         try:
             db.start()
-            return asyncio.run(_drive(url, store, count, rate, data))
+            result = asyncio.run(_drive(broker_url, store, count, rate, data))
+            result["store"] = store.dialect
+            result["node_peak_mib"] = _peak_mib(db.pid)
+            return result
         finally:
             store.close()
             db.stop()
             broker.stop()
 
 
+def _peak_mib(pid: int | None) -> float | None:
+    """A process's peak resident memory (``VmHWM``), in MiB, where ``/proc`` tells it."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def report(r: dict[str, Any]) -> str:
     share = r["query_rows"] / r["publications"]
     return "\n".join(
         [
-            f"historic path through a broker and a database node (SQLite), "
+            f"historic path through a broker and a database node ({r['store']}), "
             f"{r['publications']:,} stock publications",
             f"  ingest        {r['ingest_per_second']:>10,.0f} publications/s stored "
-            f"({r['ingest_seconds']:.1f} s; publishing took {r['publish_seconds']:.1f} s)",
+            f"({r['ingest_seconds']:.1f} s; publishing took {r['publish_seconds']:.1f} s; "
+            f"the node's peak memory {r['node_peak_mib'] or 0:,.0f} MiB)",
             f"  replay        {r['replay_seconds'] * 1000:>10,.1f} ms to the end of the replay of "
             f"{r['query_rows']:,} results ({share:.2%}), median of 3; "
             f"same as the store's own answer: {r['query_rows'] == r['query_expected']}",

@@ -1,62 +1,95 @@
-"""The tables of a historic store (SQLAlchemy Core): publications, and their attributes one
-row each, typed, so every predicate of the language runs in SQL exactly.
+"""The tables of a historic store (SQLAlchemy Core): one row per publication, its attributes in
+typed columns, so every predicate of the language runs in SQL exactly, on the row itself.
 
-``publications``: one row per stored publication, unique by (publisher, id), with its class and
-time indexed, and the whole publication as JSON (what a replay sends back). ``attributes``: one
-row per attribute value, in the column of its type: ``i`` (64-bit integers), ``f`` (floats),
-``s`` (strings), ``b`` (booleans); ``kind`` says which. ``rejected``: the publications the
-database refused, set aside whole (as JSON) with the reason, unique by (publisher, id).
-``specs``: what the database node stores, so that it takes its specs up again after a restart.
+``publications``: one row per stored publication, unique by (publisher, id), indexed by class
+and time. ``time`` is the timestamp in microseconds since 1970-01-01 UTC (what queries filter
+and order on); ``stamp`` is the timestamp as published (ISO 8601, with its zone) and
+``attributes`` the attributes as published (a JSON object): with ``id`` and ``publisher``, what a
+replay gives back, whole. Each attribute value is also in a *field column* of its type: ``i<n>``
+(64-bit integers), ``f<n>`` (floats), ``s<n>`` (strings), ``b<n>`` (booleans). Field columns are
+shared by the classes: ``fields`` says which column holds which attribute of which class with a
+value of which kind (an attribute whose values have several types has several columns), and a
+column is added when an attribute appears that no column holds yet (the class itself is the
+``class`` column). ``rejected``: the publications the database refused, set aside whole (their
+wire form, as JSON) with the reason, unique by (publisher, id). ``specs``: what the database
+node stores, so that it takes its specs up again after a restart.
+
+``LAYOUT`` names this layout; ``layout`` holds the name a store was made with.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from sqlalchemy import (
     JSON,
     BigInteger,
-    Boolean,
     Column,
     DateTime,
-    Float,
-    ForeignKey,
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
     UniqueConstraint,
 )
 
-__all__ = ["attributes", "metadata", "publications", "rejected", "specs"]
+__all__ = [
+    "KINDS",
+    "LAYOUT",
+    "column_type",
+    "fields",
+    "layout",
+    "metadata",
+    "publications",
+    "rejected",
+    "specs",
+]
+
+LAYOUT: Final = "publications-2"
+"""The layout of this module's tables (``publications-1``: a ``body`` column and one
+``attributes`` row per attribute value)."""
+
+KINDS: Final[dict[type, str]] = {int: "i", float: "f", str: "s", bool: "b"}
+"""The kind of a field column, by the Python type of the values it holds."""
+
+_COLUMN_TYPES: Final = {
+    "sqlite": {"i": "INTEGER", "f": "REAL", "s": "TEXT", "b": "BOOLEAN"},
+    "postgresql": {"i": "BIGINT", "f": "DOUBLE PRECISION", "s": "TEXT", "b": "BOOLEAN"},
+}
+
+
+def column_type(dialect: str, kind: str) -> str:
+    """The SQL type of a field column of ``kind`` (one of ``KINDS``' values)."""
+    return _COLUMN_TYPES[dialect][kind]
+
 
 metadata = MetaData()
 
 publications = Table(
     "publications",
     metadata,
-    Column("pk", Integer, primary_key=True, autoincrement=True),
-    Column("id", String(256), nullable=False),
+    Column("pk", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("publisher", String(256), nullable=False),
+    Column("id", String(256), nullable=False),
     Column("class", String(256), nullable=False),
-    Column("time", DateTime(timezone=True), nullable=False),
-    Column("body", JSON, nullable=False),
-    UniqueConstraint("publisher", "id", name="publication_identity"),
-    Index("publications_class_time", "class", "time"),
-    Index("publications_time", "time"),
+    Column("time", BigInteger, nullable=False),
+    Column("stamp", String(64), nullable=False),
+    Column("attributes", Text, nullable=False),
+    UniqueConstraint("publisher", "id", name="publications_identity"),
+    Index("publications_by_class_time", "class", "time"),
 )
 
-attributes = Table(
-    "attributes",
+fields = Table(
+    "fields",
     metadata,
-    Column("pub", Integer, ForeignKey("publications.pk", ondelete="CASCADE"), nullable=False),
+    Column("class", String(256), nullable=False),
     Column("name", String(256), nullable=False),
     Column("kind", String(1), nullable=False),
-    Column("i", BigInteger),
-    Column("f", Float(precision=53)),
-    Column("s", Text),
-    Column("b", Boolean),
-    Index("attributes_pub_name", "pub", "name"),
+    Column("column", String(16), nullable=False),
+    PrimaryKeyConstraint("class", "name", "kind", name="fields_key"),
 )
 
 rejected = Table(
@@ -75,4 +108,10 @@ specs = Table(
     "specs",
     metadata,
     Column("spec", Text, primary_key=True),
+)
+
+layout = Table(
+    "layout",
+    metadata,
+    Column("name", String(64), primary_key=True),
 )

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from msgspec.structs import force_setattr
 
 from historic import Store
 from historic.node import Writer
@@ -135,7 +136,7 @@ def _poison(ident: str) -> Publication:
     """A publication no database takes: its timestamp has no UTC equivalent (made around the
     check that refuses it, as input from elsewhere could be)."""
     pub = _pub(ident)
-    object.__setattr__(pub, "timestamp", datetime.fromisoformat("0001-01-01T00:00:00+01:00"))
+    force_setattr(pub, "timestamp", datetime.fromisoformat("0001-01-01T00:00:00+01:00"))
     return pub
 
 
