@@ -1,5 +1,5 @@
 """historic: publications stored in a database and queried with the language's filters."""
 
-from historic.store import Store, StoreError
+from historic.store import Store
 
-__all__ = ["Store", "StoreError"]
+__all__ = ["Store"]

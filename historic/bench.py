@@ -12,14 +12,16 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from historic.store import Store, StoreError
+from msgspec.structs import replace
+
+from historic.store import Store
 from padres.bench import machine
 from padres.bench.workloads import START, stock_publications
+from padres.errors import StoreError
 from padres.matching import matches
 from padres.messages import Filter, Predicate, Publication
 from rete.operators import Op
@@ -93,6 +95,6 @@ def report(r: dict[str, Any]) -> str:
             f"{r['query_rows']:,} results ({share:.2%}), median of 3; "
             f"same as the reference: {r['query_rows'] == r['query_expected']}",
             f"  in-memory scan {r['scan_seconds'] * 1000:>9,.1f} ms (reference semantics), "
-            f"{r['scan_seconds'] / r['query_seconds']:.0f}x the query",
+            f"{r['scan_seconds'] / r['query_seconds']:.1f}x the query",
         ]
     )

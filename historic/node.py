@@ -4,7 +4,9 @@ It is controlled by publications of class ``DB_CONTROL`` addressed to it::
 
     [class,'DB_CONTROL'],[db,'DB1'],[command,'STORE'],[spec,'[class,eq,\\'Order\\']'],[request,'r1']
 
-(the spec is a filter in PADRES syntax, as a string). Commands:
+(the spec is a filter in PADRES syntax, as a string). PADRES' own names work too:
+``[database_id,'socket://host:port/DB1']`` (or ``[database_id,'DB1']``) for ``db``, and
+``content_spec`` for ``spec``. Commands:
 
 - ``STORE`` with ``spec``: subscribe durably to the spec and store every publication matching
   it from then on (a publication matching several specs is stored once), and offer to replay it.
@@ -49,9 +51,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from historic.store import Store, StoreError, Written
-from padres.client import Client, ConnectionLost, Delivery, RequestFailed
-from padres.errors import ParseError
+from historic.store import Store, Written
+from padres.backoff import Backoff
+from padres.client import Client, Delivery
+from padres.errors import ConnectionLost, ParseError, RequestFailed, StoreError
 from padres.messages import Publication
 from padres.parser import parse_filter
 from padres.printer import format_filter
@@ -65,8 +68,6 @@ CONTROL: Final = "DB_CONTROL"
 STATUS: Final = "DB_STATUS"
 MAX_WAIT: Final = 10.0
 """A request's ``ready_at`` further ahead than this (a skewed clock) is not waited for."""
-BACKOFF_FIRST: Final = 0.1
-BACKOFF_MAX: Final = 5.0
 
 
 @dataclass(slots=True)
@@ -150,13 +151,14 @@ class Writer:
 
     async def _write(self, chunk: list[tuple[Publication, Done | None]]) -> None:
         pubs = [pub for pub, _ in chunk]
-        delay = BACKOFF_FIRST
+        backoff = Backoff()
         while True:
             try:
                 self.counts.add(await asyncio.to_thread(self.store.write, pubs))
                 return
             except Exception as exc:  # never fatal: the batch is kept and tried again
                 self.counts.failed += 1
+                delay = backoff.next()
                 log.warning(
                     "%s: writing %d publications failed, trying again in %.1f s: %s",
                     self.name,
@@ -166,7 +168,6 @@ class Writer:
                     exc_info=not isinstance(exc, StoreError),  # a surprise: show where
                 )
             await asyncio.sleep(delay)
-            delay = min(2 * delay, BACKOFF_MAX)
 
     def close(self) -> None:
         """Write what is waiting, once, on the caller's thread (at shutdown, after ``run`` is
@@ -236,6 +237,11 @@ class DatabaseNode:
             f"[class,eq,'{CONTROL}'],[db,eq,'{self.id}'],[command,isPresent,'']",
             self._on_control,
             durable="control",
+        )
+        await self.client.subscribe(  # PADRES' words: [database_id,'socket://host:port/<id>']
+            f"[class,eq,'{CONTROL}'],[database_id,str-postfix,'{self.id}'],[command,isPresent,'']",
+            self._on_control,
+            durable="control-padres",
         )
         self._flusher = asyncio.get_running_loop().create_task(self.writer.run())
         for spec in await asyncio.to_thread(self.store.specs):
@@ -324,11 +330,23 @@ class DatabaseNode:
         except (ConnectionLost, RequestFailed, TimeoutError) as exc:
             log.warning("%s: command %s failed: %s", self.id, pub.id, exc)
 
+    def addressed(self, pub: Publication) -> bool:
+        """Whether a control publication names this node: ``[db,'<id>']``, or PADRES'
+        ``[database_id,'<id>']`` or ``[database_id,'socket://host:port/<id>']``."""
+        attrs = pub.attributes
+        name = attrs.get("database_id")
+        if not isinstance(name, str):
+            return attrs.get("db") == self.id
+        return name == self.id or name.endswith("/" + self.id)
+
     async def _obey(self, pub: Publication) -> None:
+        if not self.addressed(pub):
+            return
         attrs = pub.attributes
         command = attrs.get("command")
+        command = command.upper() if isinstance(command, str) else command  # PADRES: any case
         request = str(attrs.get("request", pub.id))
-        spec_text = attrs.get("spec")
+        spec_text = attrs.get("spec", attrs.get("content_spec"))
         try:
             if command == "LIST":
                 await self._reply(request, True, f"{len(self.specs)} specs")

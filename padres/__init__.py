@@ -6,13 +6,21 @@ matching, the broker core and the client.
 
 from padres.batch import BatchReader, parse_batch
 from padres.broker import Broker, Covering
-from padres.client import BlockingClient, Client, ConnectionLost, RequestFailed
+from padres.client import BlockingClient, Client
 from padres.errors import (
+    CommandError,
+    ConnectError,
+    ConnectionLost,
     DecodeError,
     DuplicateId,
     InvalidMessage,
+    JournalError,
     PadresError,
     ParseError,
+    RequestFailed,
+    StorageError,
+    StoreError,
+    StoreUnavailable,
     UnknownId,
 )
 from padres.matching import CompositeMatch, Matcher, MatchResult, filter_bindings, matches
@@ -56,9 +64,11 @@ __all__ = [
     "BlockingClient",
     "Broker",
     "Client",
+    "CommandError",
     "CompositeLimits",
     "CompositeMatch",
     "CompositeSubscription",
+    "ConnectError",
     "ConnectionLost",
     "Covering",
     "DecodeError",
@@ -66,6 +76,7 @@ __all__ = [
     "Expression",
     "Filter",
     "InvalidMessage",
+    "JournalError",
     "MatchResult",
     "Matcher",
     "Message",
@@ -78,6 +89,9 @@ __all__ = [
     "ReferenceMatcher",
     "RequestFailed",
     "ReteMatcher",
+    "StorageError",
+    "StoreError",
+    "StoreUnavailable",
     "Subscription",
     "Unadvertise",
     "UnknownId",

@@ -33,7 +33,6 @@ import contextlib
 import itertools
 import logging
 import os
-import random
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
@@ -44,7 +43,8 @@ from typing import Any, TypeVar
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from padres.errors import PadresError
+from padres.backoff import Backoff
+from padres.errors import ConnectError, ConnectionLost, PadresError, RequestFailed
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
@@ -101,19 +101,6 @@ class ClientState(Enum):
     CONNECTING = "connecting"
     OPEN = "open"
     CLOSED = "closed"
-
-
-class RequestFailed(PadresError):
-    """The broker refused a request; ``ref`` is the request's id."""
-
-    def __init__(self, text: str, ref: str = "") -> None:
-        self.text = text
-        self.ref = ref
-        super().__init__(text)
-
-
-class ConnectionLost(PadresError):
-    """The connection to the broker is closed."""
 
 
 class SubscriptionHandle:
@@ -287,7 +274,7 @@ class Client:
                 self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout, compression=None
             )
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from exc
+            raise ConnectError(f"cannot connect to {self.url}: {exc}") from exc
         self._ws = ws
         self._welcome = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(self._read(ws))
@@ -297,7 +284,7 @@ class Client:
 
     async def _recover(self) -> None:
         """Dial again until it works, then make every advertisement and subscription again."""
-        delay = 0.1
+        backoff = Backoff()
         while self.state is ClientState.CONNECTING:
             try:
                 await self._open()
@@ -315,8 +302,7 @@ class Client:
                 log.info("%s: reconnecting to %s: %s", self.name, self.url, exc)
                 if self._ws is not None:
                     await self._ws.close()
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(2 * delay, 5.0)
+            await backoff.wait()
 
     async def close(self) -> None:
         if self.state is not ClientState.CLOSED:

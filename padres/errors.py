@@ -7,17 +7,33 @@ Hierarchy::
     │   ├── ParseError           ... read from PADRES text (carries line, column, excerpt)
     │   └── DecodeError          ... read from the JSON wire format (carries the field path)
     ├── DuplicateId              an id is already in use (also a KeyError)
-    └── UnknownId                no such id (also a KeyError)
+    ├── UnknownId                no such id (also a KeyError)
+    ├── ConnectionLost           the connection to a broker is closed
+    │   └── ConnectError         ... or was never made: the broker could not be reached
+    ├── RequestFailed            a broker refused a request (carries the request's id)
+    ├── StorageError             a database on disk failed (the driver's error is the cause)
+    │   ├── JournalError         ... a broker's journal
+    │   └── StoreError           ... a historic store
+    │       └── StoreUnavailable ... unreachable or busy: the same write may work later
+    └── CommandError             the command line was asked for something it cannot do
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CommandError",
+    "ConnectError",
+    "ConnectionLost",
     "DecodeError",
     "DuplicateId",
     "InvalidMessage",
+    "JournalError",
     "PadresError",
     "ParseError",
+    "RequestFailed",
+    "StorageError",
+    "StoreError",
+    "StoreUnavailable",
     "UnknownId",
 ]
 
@@ -98,3 +114,40 @@ class UnknownId(PadresError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class ConnectionLost(PadresError):
+    """The connection to the broker is closed."""
+
+
+class ConnectError(ConnectionLost):
+    """The broker could not be reached (refused, unresolvable, timed out, not a broker)."""
+
+
+class RequestFailed(PadresError):
+    """The broker refused a request; ``ref`` is the request's id."""
+
+    def __init__(self, text: str, ref: str = "") -> None:
+        self.text = text
+        self.ref = ref
+        super().__init__(text)
+
+
+class StorageError(PadresError):
+    """A database on disk failed or refused (the driver's error is the cause)."""
+
+
+class JournalError(StorageError):
+    """A broker's journal failed."""
+
+
+class StoreError(StorageError):
+    """A historic store's database failed or refused."""
+
+
+class StoreUnavailable(StoreError):
+    """The database is unreachable or busy (locked, restarting): the same write may work later."""
+
+
+class CommandError(PadresError):
+    """A problem with what the user asked for (a missing file, say), reported without a trace."""

@@ -30,11 +30,11 @@ from typing import Final
 
 import orjson
 
-from padres.errors import PadresError
+from padres.errors import JournalError
 from padres.messages import Publication, Subscription
 from padres.wire import from_dict, to_dict
 
-__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "JournalError", "Sync"]
+__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "Sync"]
 
 RETENTION: Final = 1_000_000
 """Guaranteed publications kept for recovery, per broker (the oldest go first)."""
@@ -58,10 +58,6 @@ CREATE TABLE IF NOT EXISTS queue (
     owner TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, size INTEGER NOT NULL,
     body BLOB NOT NULL, PRIMARY KEY (owner, name, seq));
 """
-
-
-class JournalError(PadresError):
-    """The journal's database failed (the driver's error is the cause)."""
 
 
 class Sync(StrEnum):

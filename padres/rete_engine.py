@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from padres.errors import DuplicateId, UnknownId
 from padres.matching import CompositeMatch, MatchResult
 from padres.messages import CompositeSubscription, Filter, Publication, Subscription
@@ -67,9 +65,6 @@ class ReteMatcher:
         result = self.network.match(publication)
         composites = tuple(CompositeMatch(a.id, a.facts, a.bindings) for a in result.activations)
         return MatchResult(tuple(result.conditions), composites)
-
-    def match_many(self, publications: Iterable[Publication]) -> list[MatchResult]:
-        return [self.match(p) for p in publications]
 
     @property
     def evicted(self) -> int:

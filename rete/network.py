@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +98,8 @@ class Network:
         if node is None:
             node = CompositeNode(composite, self.limits)
             node.memories = memories
-            node.guards = guards(composite)
+            # A fact may fill its partner part itself when parts need not be distinct facts.
+            node.guards = guards(composite) if self.limits.distinct else [None] * len(memories)
             for leaf, memory in enumerate(memories):
                 memory.attach((node, leaf), self._guard(node, node.guards[leaf]))
             if shared:
@@ -198,10 +199,6 @@ class Network:
         first fact that visits each cluster (call it after a bulk load)."""
         for cluster in self._alpha.clusters.values():
             cluster.prepare()
-
-    def match_many(self, facts: Iterable[Fact]) -> list[Result]:
-        """Match facts in order, as ``match`` would one by one."""
-        return [self.match(fact) for fact in facts]
 
     @property
     def evicted(self) -> int:

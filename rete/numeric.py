@@ -122,12 +122,18 @@ class NumericIndex:
         column = self.columns.get(attribute)
         if column is None:
             column = self.columns[attribute] = len(self.columns)
-            self.ends = np.vstack([self.ends, np.full((2, self.ends.shape[1]), -np.inf)])
-            self.bounds = np.vstack([self.bounds, np.full((1, CELLS - 1), np.inf)])
+            if column == self.bounds.shape[0]:
+                # Room for columns doubles (rows past the last column are unused), so that a
+                # condition on many new attributes costs a copy per doubling, not per column.
+                extra = max(1, column)
+                self.ends = np.vstack(
+                    [self.ends, np.full((2 * extra, self.ends.shape[1]), -np.inf)]
+                )
+                self.bounds = np.vstack([self.bounds, np.full((extra, CELLS - 1), np.inf)])
+                fresh = np.zeros((extra, CELLS + 2, self.table.shape[2]), dtype=WORD_DTYPE)
+                self.table = np.concatenate([self.table, fresh], axis=0)
             self._cuts.append([])
             self._rows = np.arange(len(self.columns))
-            fresh = np.zeros((1, CELLS + 2, self.table.shape[2]), dtype=WORD_DTYPE)
-            self.table = np.concatenate([self.table, fresh], axis=0)
         return column
 
     def copy_rows(self, other: NumericIndex, rows: npt.NDArray[np.int64], used: int) -> None:
@@ -138,7 +144,7 @@ class NumericIndex:
         width = len(self.columns)
         capacity = self.ends.shape[1]
         self.ends = np.empty((2 * width, capacity))
-        self.ends[:, : rows.size] = other.ends[:, rows]
+        self.ends[:, : rows.size] = other.ends[: 2 * width, rows]
         self._ready = int(rows.size)
         self.bounds = np.full((width, CELLS - 1), np.inf)
         self._cuts = [[] for _ in range(width)]
@@ -247,4 +253,5 @@ class NumericIndex:
         """Which candidate ``slots`` hold ``x`` (as ``probe`` gives it) within every interval."""
         if not self.columns:
             return np.ones(slots.size, dtype=bool)
-        return cast(npt.NDArray[np.bool_], (self.ends.take(slots, axis=1) <= x).all(axis=0))
+        ends = self.ends[: 2 * len(self.columns)]
+        return cast(npt.NDArray[np.bool_], (ends.take(slots, axis=1) <= x).all(axis=0))

@@ -355,17 +355,6 @@ def _d_follows_a_through_e_with_a_stale_route_at_c() -> tuple[Simulation, Publis
     return sim, pub, sub
 
 
-def _settle_all(sim: Simulation, clients: list[Publisher | Subscriber]) -> None:
-    for _ in range(3):
-        sim.run()
-        sim.tick(1.0)
-        for c in clients:
-            c.collect()
-    sim.run()
-    for c in clients:
-        c.collect()
-
-
 def test_a_publication_of_a_tree_not_followed_does_not_move_the_cursor() -> None:
     sim, pub, sub = _d_follows_a_through_e_with_a_stale_route_at_c()
     for _ in range(3):
@@ -378,7 +367,7 @@ def test_a_publication_of_a_tree_not_followed_does_not_move_the_cursor() -> None
         _carry(sim, link[0], link[1])  # it reaches D, which follows no tree, through C
     sim.run()  # D takes the tree from C and asks again for what it missed
     sim.link("D", "E")
-    _settle_all(sim, [pub, sub])
+    _settle(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(7))
 
 
@@ -390,7 +379,7 @@ def test_a_publication_along_a_stale_route_does_not_overtake_one_along_the_tree(
         _carry(sim, "E", "D", 1)  # the answer: up to the head before that publication
     pub.publish()  # through C it reaches D first
     _run_except(sim, "ED")
-    _settle_all(sim, [pub, sub])
+    _settle(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(5))
 
 
@@ -418,7 +407,7 @@ def test_a_durable_subscription_resumed_during_a_recovery_that_is_replaced_is_ac
     _carry(sim, "E", "D")  # D follows it through E: a new recovery replaces the first
     assert _parent(sim, "D") == "E"
     sim.link("A", "C")
-    _settle_all(sim, [pub, sub])
+    _settle(sim, [pub, sub])
     assert sub.client.acks.count("d") == 2
     assert all(len(b.settling) == 0 for b in sim.brokers.values())
 
@@ -442,7 +431,7 @@ def test_a_publisher_back_after_leaving_during_a_recovery_of_its_tree_loses_noth
     sim.reattach(pub.client)
     pub.connect()  # the same advertisement again: the same tree, asked again from D's cursor
     pub.publish()
-    _settle_all(sim, [pub, sub])
+    _settle(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(6))
 
 

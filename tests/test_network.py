@@ -14,12 +14,13 @@ import pytest
 from websockets.asyncio.client import connect
 
 from padres.bench.network import settled
-from padres.client import Client, ClientState, ConnectionLost, Delivery, RequestFailed
+from padres.client import Client, ClientState, Delivery
+from padres.errors import ConnectError, ConnectionLost, RequestFailed
 from padres.matching import matches
 from padres.messages import Publication
 from padres.parser import parse_filter, parse_publication
 from padres.protocol import MAX_FRAME_BYTES, Notify
-from padres.runtime.processes import BrokerProcess
+from padres.runtime.processes import BrokerProcess, free_ports
 from tests.support import eventually, health
 
 
@@ -179,6 +180,16 @@ def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
             await _routes_at(pub, 1)
             await pub.publish("[class,'T']", id="back")
             await eventually(lambda: inbox.ids() == ["back"])
+
+    asyncio.run(run())
+
+
+def test_a_broker_that_cannot_be_reached_is_a_connect_error() -> None:
+    (port,) = free_ports(1)
+
+    async def run() -> None:
+        with pytest.raises(ConnectError, match=f"cannot connect to ws://127.0.0.1:{port}"):
+            await Client(f"ws://127.0.0.1:{port}", "nobody").connect()
 
     asyncio.run(run())
 

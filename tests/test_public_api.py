@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import padres
+import padres.errors
 
 
 def test_public_names_are_exported_and_exist() -> None:
@@ -29,3 +30,17 @@ def test_core_api_is_present() -> None:
         "DecodeError",
     ):
         assert name in padres.__all__
+
+
+def test_every_error_is_one_tree_and_exported() -> None:
+    errors = [
+        value
+        for name, value in vars(padres.errors).items()
+        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
+    ]
+    assert len(errors) >= 14
+    for error in errors:
+        assert issubclass(error, padres.PadresError), error
+        assert error.__name__ in padres.__all__, error
+    assert issubclass(padres.ConnectError, padres.ConnectionLost)
+    assert issubclass(padres.StoreUnavailable, padres.StorageError)

@@ -152,6 +152,7 @@ def test_atomic_matches_equal_the_reference(
     st.sampled_from([10_000, 2]),
     st.sampled_from([None, timedelta(seconds=30)]),
     SMALL_CLUSTER,
+    st.booleans(),
 )
 def test_composite_matches_equal_the_reference(
     exprs: list[Expression],
@@ -160,8 +161,9 @@ def test_composite_matches_equal_the_reference(
     max_facts: int,
     window: timedelta | None,
     small: int,
+    distinct: bool,
 ) -> None:
-    limits = CompositeLimits(policy, max_facts, window)
+    limits = CompositeLimits(policy, max_facts, window, distinct)
     reference, rete = ReferenceMatcher(limits), ReteMatcher(limits, small_cluster=small)
     add_all([CompositeSubscription(f"c{i}", e) for i, e in enumerate(exprs)], reference, rete)
     for pub in pubs:
@@ -344,24 +346,6 @@ def test_identical_composites_share_a_join_but_keep_their_own_horizon() -> None:
     assert rete.network.stats()["alpha_memories"] == 0
 
 
-def test_match_many_equals_matching_one_by_one() -> None:
-    text = "{[class,eq,'A'],[k,eq,$K]} & {[class,eq,'B'],[k,eq,$K]}"
-    from padres.parser import parse_composite
-
-    one, many = ReteMatcher(), ReteMatcher()
-    for m in (one, many):
-        m.add(parse_composite(text, id="c"))
-        m.add(Subscription("s", Filter((Predicate("class", Op.EQ, "A"),))))
-    pubs = [
-        Publication(f"m{i}", {"class": "AB"[i % 2], "k": "xy"[i % 3 == 0]}, NOW) for i in range(30)
-    ]
-    expected = [one.match(p) for p in pubs]
-    actual = many.match_many(pubs)
-    assert [(r.subscriptions, [c.key() for c in r.composites]) for r in actual] == [
-        (r.subscriptions, [c.key() for c in r.composites]) for r in expected
-    ]
-
-
 def test_prepare_folds_every_cluster_at_once() -> None:
     net = Network(small_cluster=0)
     for i in range(200):
@@ -393,3 +377,23 @@ def test_tests_of_different_operand_types_are_different_nodes() -> None:
     net.add("b2", (Test("k", Op.EQ, "A"), Test("y", Op.EQ, True), Test("y", Op.NEQ, False)))
     net.add("i2", (Test("k", Op.EQ, "A"), Test("y", Op.EQ, True), Test("y", Op.NEQ, 0)))
     assert net.match(_Fact({"k": "A", "y": True})).conditions == ["b2"]
+
+
+def test_conditions_on_hundreds_of_attributes_match_exactly() -> None:
+    """Columns are added to a cluster's numeric index in doublings, and a compacted cluster
+    keeps them: every one is checked."""
+    net = Network(small_cluster=0)
+    width = 300
+    for i in range(200):
+        tests = [Test("class", Op.EQ, "A"), *(Test(f"a{k}", Op.GT, i) for k in range(width))]
+        net.add(i, tuple(tests))
+    fact: dict[str, Value] = {"class": "A", **{f"a{k}": 20 for k in range(width)}}
+    assert sorted(net.match(_Fact(fact)).conditions) == list(range(20))
+    fact["a299"] = 5  # the last column decides
+    assert sorted(net.match(_Fact(fact)).conditions) == list(range(5))
+    for i in [*range(2, 200, 2), *range(21, 200, 2)]:
+        net.remove(i)  # more than half the slots dead: the cluster is compacted
+    assert net.stats()["slots"] == 11
+    assert sorted(net.match(_Fact(fact)).conditions) == [0, 1, 3]
+    fact["a299"] = 20
+    assert sorted(net.match(_Fact(fact)).conditions) == [0, 1, *range(3, 20, 2)]

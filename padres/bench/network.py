@@ -19,47 +19,67 @@ import asyncio
 import contextlib
 import statistics
 import time
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from msgspec.structs import replace
 
 from padres.bench import machine
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.client import Client, Delivery
-from padres.messages import Publication
+from padres.messages import Publication, Subscription
 from padres.protocol import Error, Notify
 from padres.rete_engine import ReteMatcher
 from padres.runtime.processes import BrokerProcess
 
-__all__ = ["report", "run", "settled"]
+__all__ = ["Counter", "Work", "measure", "report", "run", "settled"]
+
+
+class Counter(Protocol):
+    """A subscriber side's tally: deliveries counted (once per client and publication) and
+    latencies (seconds) of those that carried their send time."""
+
+    count: int
+    latencies: list[float]
+
+    def reset(self) -> None: ...
 
 
 class _Counter:
     """Counts one client's deliveries (a delivery naming several of its subscriptions is
-    handed to each of them: it counts once)."""
+    handed to each of them: it counts once), and publications delivered twice."""
 
     def __init__(self) -> None:
+        self.reset()
+        self.duplicates = 0
+        self._last: Delivery | None = None
+
+    def reset(self) -> None:
         self.count = 0
         self.latencies: list[float] = []
-        self.by_pub: dict[str, int] = {}
-        self._last: Delivery | None = None
+        self._seen: set[str] = set()
 
     def __call__(self, delivery: Delivery) -> None:
         if delivery is self._last:
             return
         self._last = delivery
         if isinstance(delivery, Notify):
-            self.count += 1
             pid = delivery.publication.id
-            self.by_pub[pid] = self.by_pub.get(pid, 0) + 1
+            if pid in self._seen:
+                self.duplicates += 1
+                return
+            self._seen.add(pid)
+            self.count += 1
             sent = delivery.publication.attributes.get("sent")
             if isinstance(sent, float):
                 self.latencies.append(time.time() - sent)
 
 
-def _expected(subs_per_client: list[list[Any]], pubs: list[Publication]) -> int:
+def _expected(shares: list[list[Subscription]], pubs: list[Publication]) -> int:
     total = 0
-    for subs in subs_per_client:
+    for subs in shares:
         matcher = ReteMatcher()
         for sub in subs:
             matcher.add(sub)
@@ -67,18 +87,84 @@ def _expected(subs_per_client: list[list[Any]], pubs: list[Publication]) -> int:
     return total
 
 
-async def _wait(
-    counters: list[_Counter], expected: int, timeout: float, refused: list[Error]
-) -> float:
+@dataclass(frozen=True)
+class Work:
+    """What is published, and how many deliveries it should make: ``batch`` as fast as
+    possible, ``paced`` at ``rate`` per second."""
+
+    batch: list[Publication]
+    paced: list[Publication]
+    rate: float
+    expected: int
+    expected_paced: int
+
+    @classmethod
+    def of(
+        cls,
+        shares: list[list[Subscription]],
+        quotes: list[Publication],
+        pubs: int,
+        rate: float,
+        seconds: float,
+    ) -> Work:
+        """The quotes for subscriptions split in ``shares`` (one per subscriber client). It is
+        worked out before connecting: matching here blocks the event loop, and a client that
+        does not answer its broker's pings meanwhile would be dropped."""
+        batch = quotes[:pubs]
+        paced = quotes[pubs : pubs + int(rate * seconds)] or quotes[: int(rate * seconds)]
+        return cls(batch, paced, rate, _expected(shares, batch), _expected(shares, paced))
+
+
+async def _wait(counters: Sequence[Counter], expected: int, timeout: float) -> float:
     deadline = time.perf_counter() + timeout
     while sum(c.count for c in counters) < expected:
-        if refused:
-            raise RuntimeError(f"the broker refused a publication: {refused[0].text}")
         if time.perf_counter() > deadline:
             got = sum(c.count for c in counters)
             raise RuntimeError(f"only {got} of {expected} deliveries arrived")
         await asyncio.sleep(0.002)
     return time.perf_counter()
+
+
+async def measure(
+    send: Callable[[list[Publication]], Awaitable[None]],
+    counters: Sequence[Counter],
+    work: Work,
+) -> dict[str, Any]:
+    """Throughput (``work.batch`` sent as fast as ``send`` takes it, in chunks of 500, until
+    every expected delivery has been counted) and latency at ``work.rate`` (each publication
+    carries its send time in ``sent``)."""
+    started = time.perf_counter()
+    for start in range(0, len(work.batch), 500):
+        await send(work.batch[start : start + 500])
+    finished = await _wait(counters, work.expected, 120)
+    throughput = len(work.batch) / (finished - started)
+    for c in counters:
+        c.reset()
+    tick = 0.01
+    per_tick = max(1, int(work.rate * tick))
+    begin = time.perf_counter()
+    for i in range(0, len(work.paced), per_tick):
+        now = time.time()
+        chunk = [
+            replace(q, id=f"l{i + j}", attributes={**q.attributes, "sent": now})
+            for j, q in enumerate(work.paced[i : i + per_tick])
+        ]
+        await send(chunk)
+        delay = begin + (i // per_tick + 1) * tick - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await _wait(counters, work.expected_paced, 60)
+    latencies = sorted(x * 1000 for c in counters for x in c.latencies)
+    return {
+        "throughput_pubs": len(work.batch),
+        "throughput_deliveries": work.expected,
+        "publications_per_second": throughput,
+        "rate": work.rate,
+        "paced_pubs": len(work.paced),
+        "latency_p50_ms": statistics.median(latencies) if latencies else None,
+        "latency_p99_ms": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
+        "latency_samples": len(latencies),
+    }
 
 
 async def settled(client: Client, quiet: float = 1.0, timeout: float = 60.0) -> None:
@@ -103,12 +189,7 @@ async def _bench(
     quotes = stock_publications(data)
     workload = list(stock_subscriptions(subs, quotes, seed=1))
     shares = [workload[i :: len(urls)] for i in range(len(urls))]
-    # What should arrive is worked out before connecting: matching here blocks the event loop,
-    # and a client that does not answer its broker's pings meanwhile would be dropped.
-    batch = quotes[:pubs]
-    expected = _expected(shares, batch)
-    paced = quotes[pubs : pubs + int(rate * seconds)] or quotes[: int(rate * seconds)]
-    expected_paced = _expected(shares, paced)
+    work = Work.of(shares, quotes, pubs, rate, seconds)
     async with contextlib.AsyncExitStack() as stack:
         refused: list[Error] = []
         publisher = await stack.enter_async_context(
@@ -125,45 +206,18 @@ async def _bench(
         await publisher.advertise(STOCK_ADVERTISEMENT + ",[sent,isPresent,0]")
         await settled(publisher)
 
-        # Throughput: as fast as the publisher can send.
-        started = time.perf_counter()
-        for start in range(0, len(batch), 500):
-            await publisher.publish_many(batch[start : start + 500])
-        finished = await _wait(counters, expected, 120, refused)
-        throughput = len(batch) / (finished - started)
-        duplicates = sum(n - 1 for c in counters for n in c.by_pub.values() if n > 1)
-
-        # Latency at a fixed rate.
-        for c in counters:
-            c.count, c.latencies, c.by_pub = 0, [], {}
-        tick = 0.01
-        per_tick = max(1, int(rate * tick))
-        begin = time.perf_counter()
-        for i in range(0, len(paced), per_tick):
-            now = time.time()
-            chunk = [
-                replace(q, id=f"l{i + j}", attributes={**q.attributes, "sent": now})
-                for j, q in enumerate(paced[i : i + per_tick])
-            ]
+        async def send(chunk: list[Publication]) -> None:
+            if refused:
+                raise RuntimeError(f"the broker refused a publication: {refused[0].text}")
             await publisher.publish_many(chunk)
-            delay = begin + (i // per_tick + 1) * tick - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        await _wait(counters, expected_paced, 60, refused)
-        latencies = sorted(x * 1000 for c in counters for x in c.latencies)
+
+        figures = await measure(send, counters, work)
     return {
         "machine": machine(),
         "brokers": len(urls),
         "subscriptions": subs,
-        "throughput_pubs": len(batch),
-        "throughput_deliveries": expected,
-        "publications_per_second": throughput,
-        "duplicates": duplicates,
-        "rate": rate,
-        "paced_pubs": len(paced),
-        "latency_p50_ms": statistics.median(latencies) if latencies else None,
-        "latency_p99_ms": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
-        "latency_samples": len(latencies),
+        "duplicates": sum(c.duplicates for c in counters),
+        **figures,
     }
 
 

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from itertools import islice
+from typing import Final
+
+from msgspec.structs import replace
 
 from padres.broker.durable import DURABLE, REFRESH, Durables
 from padres.broker.history import HISTORY, History, Watch, composite_network
@@ -37,7 +40,7 @@ from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.settle import Settling
 from padres.broker.trees import Tree, Trees
 from padres.journal import Journal
-from padres.matching import matches
+from padres.matching import conforms
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
@@ -83,7 +86,10 @@ from padres.rete_engine import to_composite
 from rete import CompositeLimits, Network
 from rete.operators import Op
 
-__all__ = ["Broker", "Covering", "Out"]
+__all__ = ["COVER_SCAN", "Broker", "Covering", "Out"]
+
+COVER_SCAN: Final = 64
+"""Local advertisements of the same class tried as covers of a new one, at most."""
 
 
 def routing_filter(flt: Filter) -> Filter:
@@ -134,7 +140,6 @@ class Broker:
         self.history = History(self.id, self.archives, settle, timeout=replay_timeout)
         self.settling = Settling()
         self.limits = limits
-        self.last_heard: dict[str, float] = {}
         self._epoch = epoch
         self._counter = 0
         self._sessions: dict[str, Session] = {}
@@ -201,7 +206,6 @@ class Broker:
 
     def _close(self, hop: str) -> list[Out]:
         self._hello_sent.discard(hop)
-        self.last_heard.pop(hop, None)
         session = self._sessions.pop(hop, None)
         if session is not None:
             self._names.discard(session.name)
@@ -247,7 +251,7 @@ class Broker:
     def handle(self, message: Envelope, hop: str, now: float = 0.0) -> list[Out]:
         """Process one message from ``hop`` at time ``now`` (Unix seconds: time windows of
         subscriptions are compared with it)."""
-        self.last_heard[hop] = self._now = now
+        self._now = now
         while self._withdrawals and self._withdrawals[0][0] < now - self._memory:
             self._withdrawn.pop(self._withdrawals.popleft()[1], None)
         session = self._sessions.get(hop)
@@ -436,7 +440,7 @@ class Broker:
             tree = self.trees.tree_of(gid)
             if tree is None:
                 continue
-            if matches(tree.advertisements[gid].filter, pub):
+            if conforms(tree.advertisements[gid].filter, pub):
                 return tree.id
             first = first or tree.id
         return None if self.conformity else first
@@ -576,8 +580,11 @@ class Broker:
     def _local_coverer(self, adv: Advertisement) -> str | None:
         if self.covering is Covering.OFF:
             return None
-        for gid, local in self._local.items():
-            if local.hidden_by is None:
+        # Only one of the same class can cover it; covering saves routing state but is never
+        # needed, so the search is bounded: advertising stays linear in the advertisements.
+        for gid in islice(self.trees.of_class(adv.filter.class_name), COVER_SCAN):
+            local = self._local.get(gid)
+            if local is not None and local.hidden_by is None:
                 tree = self.trees.get(local.tree)
                 if tree is not None and covers(tree.advertisements[gid].filter, adv.filter):
                     return gid

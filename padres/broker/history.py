@@ -17,9 +17,11 @@ the past is complete.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
+
+from msgspec.structs import replace
 
 from padres.broker.replay import Feed
 from padres.broker.routes import Out

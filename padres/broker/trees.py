@@ -58,6 +58,10 @@ class Trees:
         tid = self._tree_of.get(advertisement_id)
         return None if tid is None else self._trees[tid]
 
+    def of_class(self, class_name: str) -> Iterator[str]:
+        """The ids of the advertisements of class ``class_name``, oldest first."""
+        return iter(self._by_class.get(class_name, ()))
+
     def holding(self, advertisement_id: str) -> Tree:
         """The tree of a known advertisement (``KeyError`` if unknown)."""
         return self._trees[self._tree_of[advertisement_id]]
@@ -79,7 +83,7 @@ class Trees:
         self._by_class.setdefault(adv.filter.class_name, {})[adv.id] = adv
         return tree
 
-    def remove(self, advertisement_id: str) -> tuple[Advertisement, Tree]:
+    def remove(self, advertisement_id: str) -> None:
         """Forget an advertisement; its tree goes too when it was the last one."""
         tree = self._trees[self._tree_of.pop(advertisement_id)]
         adv = tree.advertisements.pop(advertisement_id)
@@ -89,7 +93,6 @@ class Trees:
             del self._by_class[adv.filter.class_name]
         if not tree.advertisements:
             del self._trees[tree.id]
-        return adv, tree
 
     def overlapping(self, flt: Filter) -> set[str]:
         """The trees holding an advertisement that overlaps ``flt``."""

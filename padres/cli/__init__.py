@@ -7,8 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from padres.cli import bench, broker, client, db, match, parse
-from padres.cli.inputs import CommandError
+from padres.cli import archive, bench, broker, client, db, match, parse, run
 from padres.errors import PadresError
 
 __all__ = ["main"]
@@ -26,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     broker.register(commands)
     client.register(commands)
     db.register(commands)
+    archive.register(commands)
     bench.register(commands)
+    run.register(commands)
     return parser
 
 
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
-    except (CommandError, PadresError) as exc:
+    except PadresError as exc:
         print(f"padres {args.command}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into head or the like: stop quietly

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ def register(commands: Any) -> None:
     b.add_argument("--repeat", type=int, default=5)
     b.add_argument("--limit", type=int, help="use only the first N lines")
     b.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    b.add_argument("--profile", action="store_true", help="add a cProfile of the frame's decoding")
     b.set_defaults(run=run_parse)
     m = benches.add_parser("match", help="Rete engine against the naive scan")
     m.add_argument("--workload", choices=match.WORKLOADS, default="stock")
@@ -64,20 +66,42 @@ def register(commands: Any) -> None:
         "replay", help="historic path: a database node's ingest and a 1% replay via a broker"
     )
     r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
-    r.add_argument("--rate", type=float, default=20_000, help="publishing rate cap, per second")
+    r.add_argument("--rate", type=float, default=100_000, help="publishing rate cap, per second")
+    r.add_argument("--url", help="the database node's URL (default: a fresh SQLite file)")
     _data_and_json(r)
     r.set_defaults(run=run_replay)
+    ar = benches.add_parser(
+        "archive", help="Parquet archive: load times, a pruned query against a full scan"
+    )
+    ar.add_argument(
+        "--count", type=int, default=10_000_000, help="synthetic publications to load (0: none)"
+    )
+    ar.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    ar.add_argument("--repeat", type=int, default=3, help="runs per query figure (the median)")
+    _data_and_json(ar)
+    ar.set_defaults(run=run_archive)
+    e = benches.add_parser(
+        "peers", help="the live and historic workloads through NATS and JetStream, and here"
+    )
+    e.add_argument("--subs", type=int, default=10_000)
+    e.add_argument("--pubs", type=int, default=50_000, help="publications for the throughput run")
+    e.add_argument("--rate", type=float, default=5_000, help="publications per second, latency run")
+    e.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
+    e.add_argument("--count", type=int, default=1_000_000, help="publications stored, history")
+    e.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
+    _data_and_json(e)
+    e.set_defaults(run=run_peers)
 
 
 def run_parse(args: argparse.Namespace) -> int:
-    result = parse.run(args.data, args.repeat, args.limit)
-    print(orjson.dumps(result).decode() if args.json else parse.report(result))
+    result = parse.run(args.data, args.repeat, args.limit, args.profile)
+    _show(args, result, parse.report)
     return 0
 
 
 def run_match(args: argparse.Namespace) -> int:
     result = match.run(args.workload, args.subs, args.pubs, args.seed, args.data)
-    print(orjson.dumps(result).decode() if args.json else match.report(result))
+    _show(args, result, match.report)
     return 0
 
 
@@ -91,19 +115,19 @@ def run_overlay(args: argparse.Namespace) -> int:
         Covering(args.covering),
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    print(orjson.dumps(result).decode() if args.json else overlay.report(result))
+    _show(args, result, overlay.report)
     return 1 if result["violations"] else 0
 
 
 def run_network(args: argparse.Namespace) -> int:
     result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data)
-    print(orjson.dumps(result).decode() if args.json else network.report(result))
+    _show(args, result, network.report)
     return 1 if result["duplicates"] else 0
 
 
 def run_guaranteed(args: argparse.Namespace) -> int:
     result = guaranteed.run(args.count, args.repeat, args.rate)
-    print(orjson.dumps(result).decode() if args.json else guaranteed.report(result))
+    _show(args, result, guaranteed.report)
     return 0
 
 
@@ -111,16 +135,45 @@ def run_history(args: argparse.Namespace) -> int:
     from historic import bench as history  # the storage layer sits above the core package
 
     result = history.run(args.count, args.url, args.data)
-    print(orjson.dumps(result).decode() if args.json else history.report(result))
+    _show(args, result, history.report)
     return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def run_archive(args: argparse.Namespace) -> int:
+    from spark import bench as archive  # the archive sits above the core package
+
+    result = archive.run(
+        args.count,
+        args.master,
+        args.data,
+        args.repeat,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    _show(args, result, archive.report)
+    return 0 if result["quotes_exact"] and result.get("query_exact", True) else 1
 
 
 def run_replay(args: argparse.Namespace) -> int:
     from historic import replay_bench  # the storage layer sits above the core package
 
-    result = replay_bench.run(args.count, args.rate, args.data)
-    print(orjson.dumps(result).decode() if args.json else replay_bench.report(result))
+    result = replay_bench.run(args.count, args.rate, args.data, args.url)
+    _show(args, result, replay_bench.report)
     return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def run_peers(args: argparse.Namespace) -> int:
+    from padres.bench import peers  # it drives the historic layer too
+
+    result = peers.run(
+        args.subs, args.pubs, args.rate, args.seconds, args.count, args.repeat, args.data
+    )
+    _show(args, result, peers.report)
+    return 0
+
+
+def _show(args: argparse.Namespace, result: dict[str, Any], report: Callable[..., str]) -> None:
+    """The figures as one JSON object with ``--json``, else as the benchmark's report."""
+    print(orjson.dumps(result).decode() if args.json else report(result))
 
 
 def _data_and_json(parser: argparse.ArgumentParser) -> None:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from padres.broker import Broker, Covering
-from padres.cli.inputs import CommandError
 from padres.cli.logs import setup_logging
-from padres.journal import Journal, JournalError, Sync
+from padres.errors import CommandError, JournalError
+from padres.journal import Journal, Sync
 from padres.runtime.node import BrokerNode, Limits
+from rete.limits import CompositeLimits
 
 MIB = 1 << 20
 
@@ -35,6 +36,11 @@ def register(commands: Any) -> None:
         "--no-conformity",
         action="store_true",
         help="route publications that match none of their publisher's advertisements",
+    )
+    p.add_argument(
+        "--one-for-many",
+        action="store_true",
+        help="one publication may fill several parts of a composite subscription, as in PADRES",
     )
     p.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between pings on every link"
@@ -120,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         args.id,
         covering=Covering(args.covering),
         conformity=not args.no_conformity,
+        limits=CompositeLimits(distinct=not args.one_for_many),
         epoch=os.urandom(3).hex(),
         settle=args.settle,
         replay_timeout=args.replay_timeout,

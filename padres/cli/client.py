@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 
 from padres.batch import BatchReader
-from padres.cli.inputs import CommandError, read_lines
-from padres.client import Client, ConnectionLost, Delivery, RequestFailed
-from padres.errors import ParseError
+from padres.cli.inputs import read_lines
+from padres.client import Client, Delivery
+from padres.errors import CommandError, ConnectionLost, ParseError, RequestFailed
 from padres.messages import (
     Advertisement,
     CompositeSubscription,

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
-import signal
 from typing import Any
 
-from padres.cli.inputs import CommandError
 from padres.cli.logs import setup_logging
-from padres.client import Client, ConnectionLost, RequestFailed
-from padres.errors import ParseError
+from padres.cli.nodes import attach, until_stopped
+from padres.errors import CommandError, ParseError
 from padres.parser import parse_filter
 from padres.printer import format_filter
 
@@ -70,28 +69,17 @@ async def _serve(args: argparse.Namespace) -> int:
         specs = [format_filter(parse_filter(spec)) for spec in args.store]
     except ParseError as exc:
         raise CommandError(f"--store: {exc}") from None
-    store = Store(args.url or f"sqlite:///{args.id}.sqlite")
-    client = Client(broker, args.id, reconnect=True)
-    try:
-        await client.connect()
-    except (ConnectionLost, RequestFailed, TimeoutError) as exc:
-        store.close()
-        raise CommandError(f"cannot connect to {broker}: {exc}") from None
-    node = DatabaseNode(args.id, client, store)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        store = Store(args.url or f"sqlite:///{args.id}.sqlite")
+        stack.callback(store.close)
+        client = await attach(stack, broker, args.id)
+        node = DatabaseNode(args.id, client, store)
+        stack.push_async_callback(node.stop)
         await node.start()
         for spec in specs:
             await node.store_spec(spec)
         print(
             f"database {args.id} attached to {client.broker}, storing into {store.url}", flush=True
         )
-        await stopping.wait()
-        return 0
-    finally:
-        await node.stop()
-        await client.close()
-        store.close()
+        await until_stopped()
+    return 0

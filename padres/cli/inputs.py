@@ -6,11 +6,9 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["CommandError", "expand", "read_lines"]
+from padres.errors import CommandError
 
-
-class CommandError(Exception):
-    """A problem with what the user asked for (a missing file, say), reported without a trace."""
+__all__ = ["expand", "read_lines"]
 
 
 def expand(paths: Sequence[str]) -> list[str]:

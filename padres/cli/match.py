@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 
 from padres.batch import BatchReader
-from padres.cli.inputs import CommandError, expand, read_lines
+from padres.cli.inputs import expand, read_lines
 from padres.engines import ENGINES, make_engine
+from padres.errors import CommandError
 from padres.matching import CompositeMatch, MatchResult
 from padres.messages import CompositeSubscription, Publication, Subscription
 from padres.printer import format_message, format_value
@@ -55,6 +56,11 @@ def register(commands: Any) -> None:
         type=_positive(float),
         metavar="SECONDS",
         help="forget composite parts older than this",
+    )
+    p.add_argument(
+        "--one-for-many",
+        action="store_true",
+        help="one publication may fill several parts of a composite, as in PADRES",
     )
     p.set_defaults(run=run)
 
@@ -116,7 +122,9 @@ def _composite_text(m: CompositeMatch) -> str:
 
 def run(args: argparse.Namespace) -> int:
     window = timedelta(seconds=args.window) if args.window else None
-    limits = CompositeLimits(Policy(args.policy), args.max_facts, window)
+    limits = CompositeLimits(
+        Policy(args.policy), args.max_facts, window, distinct=not args.one_for_many
+    )
     engine = make_engine(args.engine, limits)
     subs = load_subscriptions(args.subs)
     for sub in subs:

@@ -7,6 +7,7 @@ real socket, started by the project's own command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-__all__ = ["BrokerProcess", "DatabaseProcess", "free_ports"]
+__all__ = ["BrokerProcess", "DatabaseProcess", "free_ports", "wait_for_port"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -30,6 +31,17 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def wait_for_port(port: int, timeout: float = 10.0) -> None:
+    """Wait until something listens on 127.0.0.1:``port``; ``TimeoutError`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+        time.sleep(0.05)
 
 
 class _Child:
@@ -92,6 +104,11 @@ class _Child:
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
 
 class BrokerProcess(_Child):
