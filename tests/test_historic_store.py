@@ -75,6 +75,13 @@ def _pool() -> list[Publication]:
 POOL = _pool()
 
 
+def _drop_schema(schema: str) -> None:
+    engine = sqlalchemy.create_engine(POSTGRES)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    engine.dispose()
+
+
 def _postgres_url(schema: str) -> str | None:
     try:
         engine = sqlalchemy.create_engine(POSTGRES)
@@ -104,10 +111,7 @@ def store(
     yield s
     s.close()
     if request.param == "postgresql":
-        engine = sqlalchemy.create_engine(POSTGRES)
-        with engine.begin() as conn:
-            conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        engine.dispose()
+        _drop_schema(schema)
 
 
 def _operand(op: Op) -> st.SearchStrategy[Value | None]:
@@ -192,10 +196,7 @@ def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     yield s
     s.close()
     if request.param == "postgresql":
-        engine = sqlalchemy.create_engine(POSTGRES)
-        with engine.begin() as conn:
-            conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        engine.dispose()
+        _drop_schema(schema)
 
 
 def _unchecked(ident: str, stamp: str) -> Publication:

@@ -4,16 +4,13 @@ and offer it to the brokers for replay (see ``docs/archives.md``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from padres.cli.logs import setup_logging
-from padres.cli.nodes import attach, until_stopped
+from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, InvalidMessage, ParseError
 from padres.parser import parse_filter
 from padres.printer import format_message
@@ -216,12 +213,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    setup_logging(args.quiet)
-    logging.getLogger("padres.archive").setLevel(logging.INFO)
-    try:
-        return asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        return 0
+    return run_node(_serve(args), quiet=args.quiet, log="padres.archive")
 
 
 async def _serve(args: argparse.Namespace) -> int:

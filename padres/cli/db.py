@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import logging
 from typing import Any
 
-from padres.cli.logs import setup_logging
-from padres.cli.nodes import attach, until_stopped
+from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, ParseError
 from padres.parser import parse_filter
 from padres.printer import format_filter
@@ -41,13 +38,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging(args.quiet)
-    # The client's losses and reconnections matter to a database: log them even when quiet.
-    logging.getLogger("padres.client").setLevel(logging.INFO)
-    try:
-        return asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        return 0
+    # The client's losses and reconnections matter to a database: logged even when quiet.
+    return run_node(_serve(args), quiet=args.quiet, log="padres.client")
 
 
 def _broker(args: argparse.Namespace) -> str:

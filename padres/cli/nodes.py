@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
+from padres.cli.logs import setup_logging
 from padres.client import Client
 from padres.errors import CommandError, ConnectionLost, RequestFailed
 
-__all__ = ["attach", "until_stopped"]
+__all__ = ["attach", "run_node", "until_stopped"]
 
 
 async def attach(stack: contextlib.AsyncExitStack, url: str, name: str) -> Client:
@@ -32,3 +36,14 @@ async def until_stopped() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
+
+
+def run_node(main: Coroutine[Any, Any, int], *, quiet: bool, log: str) -> int:
+    """Run a node's ``main`` until it ends or is interrupted; the logger ``log`` reports at
+    INFO even when ``quiet`` (what the node does matters to its operator)."""
+    setup_logging(quiet)
+    logging.getLogger(log).setLevel(logging.INFO)
+    try:
+        return asyncio.run(main)
+    except KeyboardInterrupt:
+        return 0
