@@ -4,10 +4,13 @@ The public API: the message model, reading and writing PADRES text and the JSON 
 matching, the broker core and the client.
 """
 
+from padres.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
 from padres.batch import BatchReader, parse_batch
 from padres.broker import Broker, Covering
 from padres.client import BlockingClient, Client
 from padres.errors import (
+    AccountsError,
+    AuthenticationError,
     CommandError,
     ConnectError,
     ConnectionLost,
@@ -15,12 +18,21 @@ from padres.errors import (
     DuplicateId,
     InvalidMessage,
     JournalError,
+    OutboxError,
     PadresError,
     ParseError,
     RequestFailed,
+    SchemaConflict,
+    SchemaLimit,
+    SchemaViolation,
     StorageError,
     StoreError,
     StoreUnavailable,
+    TLSError,
+    TransactionAborted,
+    TransactionClosed,
+    TransactionError,
+    TransactionLimit,
     UnknownId,
 )
 from padres.matching import CompositeMatch, Matcher, MatchResult, filter_bindings, matches
@@ -50,16 +62,22 @@ from padres.parser import (
     parse_subscription,
 )
 from padres.printer import format_batch_line, format_message
+from padres.protocol import Outcome, TxNotify, Visibility
 from padres.reference import ReferenceMatcher
 from padres.rete_engine import ReteMatcher
+from padres.transaction import Transaction, TransactionState
 from padres.wire import decode, encode
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
 
 __all__ = [
+    "Account",
+    "Accounts",
+    "AccountsError",
     "Advertisement",
     "AllOf",
     "AnyOf",
+    "AuthenticationError",
     "BatchReader",
     "BlockingClient",
     "Broker",
@@ -71,16 +89,21 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "Covering",
+    "Credentials",
     "DecodeError",
     "DuplicateId",
     "Expression",
     "Filter",
+    "Grants",
+    "HistoryGrant",
     "InvalidMessage",
     "JournalError",
     "MatchResult",
     "Matcher",
     "Message",
     "Op",
+    "OutboxError",
+    "Outcome",
     "PadresError",
     "ParseError",
     "Policy",
@@ -89,16 +112,28 @@ __all__ = [
     "ReferenceMatcher",
     "RequestFailed",
     "ReteMatcher",
+    "SchemaConflict",
+    "SchemaLimit",
+    "SchemaViolation",
     "StorageError",
     "StoreError",
     "StoreUnavailable",
     "Subscription",
+    "TLSError",
+    "Transaction",
+    "TransactionAborted",
+    "TransactionClosed",
+    "TransactionError",
+    "TransactionLimit",
+    "TransactionState",
+    "TxNotify",
     "Unadvertise",
     "UnknownId",
     "Unsubscribe",
     "Value",
     "VarType",
     "Variable",
+    "Visibility",
     "decode",
     "encode",
     "filter_bindings",

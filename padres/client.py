@@ -19,11 +19,15 @@ advertisements, say) reaches ``on_error``. A lost
 connection fails pending requests with ``ConnectionLost`` and ends every subscription's
 iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
 advertisements and subscriptions again, and the subscriptions go on (what was published while
-it was away is not replayed). A subscription with a time window reaching into the past
+it was away is not replayed); one the broker now refuses (a schema declared meanwhile, say) is
+dropped: a warning is logged, its iterator raises the ``RequestFailed`` (a callback's client gets
+it in ``on_error``), and the others go on. A subscription with a time window reaching into the past
 (``[time,>=,now-1h]``) first delivers the past from the databases; ``await handle.replayed()``
 returns the broker's ``ReplayDone`` when that is complete. A historic subscription (its window
-ends in the past) then ends, and so does its iterator. The client's life: CONNECTING -> OPEN
--> CLOSED, and with ``reconnect``, OPEN -> CONNECTING -> OPEN while it re-connects.
+ends in the past) then ends, and so does its iterator. ``transaction()`` groups publications
+that subscribers see when they commit, or abort (``padres.transaction``). The client's life:
+CONNECTING -> OPEN -> CLOSED, and with ``reconnect``, OPEN -> CONNECTING -> OPEN while it
+re-connects.
 """
 
 from __future__ import annotations
@@ -34,17 +38,26 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar
 
+from msgspec.structs import replace
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from padres.accounts import Credentials
 from padres.backoff import Backoff
-from padres.errors import ConnectError, ConnectionLost, PadresError, RequestFailed
+from padres.errors import (
+    AuthenticationError,
+    ConnectError,
+    ConnectionLost,
+    PadresError,
+    RequestFailed,
+)
+from padres.handling import Handler
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
@@ -57,13 +70,20 @@ from padres.messages import (
 from padres.parser import parse_composite, parse_filter, parse_publication
 from padres.protocol import (
     MAX_FRAME_BYTES,
+    MAX_FRAME_MESSAGES,
     Ack,
     CompositeNotify,
+    DeclareSchema,
+    DropSchema,
     Durable,
     Envelope,
     Error,
+    ExceptionAction,
+    ExceptionEntry,
+    ExceptionReport,
+    Exceptions,
+    Failed,
     Guaranteed,
-    Hello,
     Notify,
     Ok,
     Query,
@@ -74,12 +94,19 @@ from padres.protocol import (
     ReplayEnd,
     ReplayOffer,
     ReplayRequest,
-    Role,
+    Retry,
+    Span,
+    Subscribe,
+    TxEnded,
+    Visibility,
     Welcome,
     decode_frame,
     encode_frame,
     websocket_url,
 )
+from padres.schema import AttributeSpec, parse_attributes
+from padres.tls import client_context, secure
+from padres.transaction import BlockingTransaction, Transaction
 
 __all__ = [
     "BlockingClient",
@@ -119,6 +146,8 @@ class SubscriptionHandle:
         *,
         durable: bool = False,
         auto_ack: bool = True,
+        retries: int | None = None,
+        backoff: float = 0.1,
     ):
         self.id = ident
         self.durable = durable
@@ -133,6 +162,18 @@ class SubscriptionHandle:
         self._callback = callback
         self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
+        self.error: RequestFailed | None = None
+        """Why the subscription ended, if the broker refused to make it again after a
+        reconnect: iterating it or ``get`` raises this error once the deliveries are out."""
+        self.handler: Handler | None = None
+        """What runs the callback, with retries and an exception queue, if ``retries`` was
+        given (``padres.handling``)."""
+        if retries is not None:
+            if callback is None or not auto_ack:
+                raise ValueError("retries need a callback, and acknowledge by themselves")
+            self.handler = Handler(
+                client, ident, callback, retries=retries, backoff=backoff, processed=self.ack
+            )
 
     def ack(self, seq: int) -> None:
         """Deliveries up to ``seq`` are processed: the broker may forget them (sent shortly)."""
@@ -155,6 +196,8 @@ class SubscriptionHandle:
         kept = [item for item in _drain(self._queue) if not _after(item, self.done)]
         for item in kept:
             self._queue.put_nowait(item)
+        if self.handler is not None:
+            self.handler.forget(self.done)
         self.received = self.done
         return self.done
 
@@ -163,6 +206,12 @@ class SubscriptionHandle:
             if delivery.seq <= self.received:
                 return  # sent again after a reconnect: it was received already
             self.received = delivery.seq
+        if self.handler is not None:
+            if delivery is None:
+                self.handler.stop()
+            elif isinstance(delivery, Notify):
+                self.handler.put(delivery)
+            return
         if self._callback is not None and delivery is not None:
             try:
                 self._callback(delivery)
@@ -171,6 +220,10 @@ class SubscriptionHandle:
             self._handed_out(delivery)
         else:
             self._queue.put_nowait(delivery)
+
+    def _fail(self, error: RequestFailed) -> None:
+        self.error = error
+        self._deliver(None)
 
     def _handed_out(self, delivery: Delivery) -> None:
         if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
@@ -183,6 +236,8 @@ class SubscriptionHandle:
         while True:
             item = await self._queue.get()
             if item is None:
+                if self.error is not None:
+                    raise self.error
                 return
             self._handed_out(item)
             yield item
@@ -192,7 +247,7 @@ class SubscriptionHandle:
         item = await asyncio.wait_for(self._queue.get(), timeout)
         if item is None:
             self._queue.put_nowait(None)
-            raise ConnectionLost("the subscription ended")
+            raise self.error or ConnectionLost("the subscription ended")
         self._handed_out(item)
         return item
 
@@ -217,15 +272,25 @@ class Client:
         reconnect: bool = False,
         on_replay: Callable[[ReplayRequest], Any] | None = None,
         max_unacked: int = 10_000,
+        user: str = "",
+        password: str = "",
+        token: str = "",
+        tls_ca: str | None = None,
     ) -> None:
-        """``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
+        """``user`` and ``password``, or ``token``: the credentials a broker with accounts
+        wants (``docs/security.md``); a refused hello raises ``AuthenticationError``.
+        ``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
         5 s) and re-make every advertisement and subscription; subscriptions go on, durable
         ones from where they were, and guaranteed publications not yet acknowledged are sent
         again. ``on_replay``: for a database, called with each historic query routed to it.
         ``max_unacked``: guaranteed publications waiting for the broker's acknowledgement at
-        most; publishing more waits."""
+        most; publishing more waits. ``tls_ca``: for a ``wss://`` URL, the PEM file of the CA
+        certificates the broker's certificate is checked against (the system's trusted
+        authorities if None)."""
         self.url = websocket_url(url)
+        self._tls = client_context(tls_ca) if secure(self.url) else None
         self.name = name
+        self.credentials = Credentials(user, password, token)
         self.timeout = timeout
         self.reconnect = reconnect
         self.state = ClientState.CONNECTING
@@ -236,7 +301,7 @@ class Client:
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[Envelope]] = {}
         self._subs: dict[str, SubscriptionHandle] = {}
-        self._ids = {k: itertools.count(1) for k in ("p", "s", "a")}
+        self._ids = {k: itertools.count(1) for k in ("p", "s", "a", "d", "t")}
         self._welcome: asyncio.Future[Welcome] | None = None
         self._made: dict[tuple[str, str], Envelope] = {}
         """What to make again after reconnecting: ("a" or "s", id) -> the request."""
@@ -246,10 +311,13 @@ class Client:
         self._instance = os.urandom(4).hex()
         """Makes the ids of guaranteed publications differ from those of an earlier run."""
         self._unacked: dict[str, Publication] = {}
+        self._transactions: dict[str, Transaction] = {}
+        """Transactions begun and not over, by id."""
         """Guaranteed publications sent and not yet acknowledged, in the order sent."""
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
         self._acking = False
+        self._refs = itertools.count(1)
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
@@ -271,14 +339,18 @@ class Client:
         """Dial, say hello, and wait for the welcome."""
         try:
             ws = await connect(
-                self.url, max_size=4 * MAX_FRAME_BYTES, open_timeout=self.timeout, compression=None
+                self.url,
+                max_size=4 * MAX_FRAME_BYTES,
+                open_timeout=self.timeout,
+                compression=None,
+                ssl=self._tls,
             )
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise ConnectError(f"cannot connect to {self.url}: {exc}") from exc
         self._ws = ws
         self._welcome = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(self._read(ws))
-        await ws.send(encode_frame([Hello(self.name, Role.CLIENT)]))
+        await ws.send(encode_frame([self.credentials.hello(self.name)]))
         welcome = await asyncio.wait_for(self._welcome, self.timeout)
         self.session, self.broker = welcome.session, welcome.broker
 
@@ -288,21 +360,42 @@ class Client:
         while self.state is ClientState.CONNECTING:
             try:
                 await self._open()
-                for message in list(self._made.values()):
+                for key, message in list(self._made.items()):
                     if isinstance(message, Durable):
                         done = self._subs[message.subscription.id].resume()
-                        message = Durable(message.subscription, done)
-                    await self._request(_ref(message), message, recovering=True)
+                        message = replace(message, acked=done)
+                    try:
+                        await self._request(_ref(message), message, recovering=True)
+                    except RequestFailed as exc:
+                        self._refused_again(key, exc)
                 self.state = ClientState.OPEN
                 if self._unacked:  # all of them: some may have been made while reconnecting
                     await self._send([Guaranteed(p) for p in self._unacked.values()])
                 log.info("%s: reconnected to %s", self.name, self.url)
                 return
-            except (ConnectionLost, RequestFailed, TimeoutError, ConnectionClosed) as exc:
+            except (
+                AuthenticationError,  # its old session may still hold its name for a moment
+                ConnectionLost,
+                TimeoutError,
+                ConnectionClosed,
+            ) as exc:
                 log.info("%s: reconnecting to %s: %s", self.name, self.url, exc)
                 if self._ws is not None:
                     await self._ws.close()
             await backoff.wait()
+
+    def _refused_again(self, key: tuple[str, str], exc: RequestFailed) -> None:
+        """The broker refused to make an advertisement or subscription again after a reconnect
+        (say a schema declared meanwhile refuses it): it is forgotten, and a subscription's
+        handle ends with the error; the rest goes on."""
+        self._made.pop(key, None)
+        kind = "advertisement" if key[0] == "a" else "subscription"
+        log.warning("%s: %s %s not made again: %s", self.name, kind, key[1], exc)
+        handle = self._subs.pop(key[1], None) if key[0] == "s" else None
+        if handle is not None:
+            handle._fail(exc)
+        if handle is None or handle._callback is not None or handle.handler is not None:
+            self.on_error(Error(exc.text, key[1]))
 
     async def close(self) -> None:
         if self.state is not ClientState.CLOSED:
@@ -340,10 +433,13 @@ class Client:
         self._made["a", ident] = adv
         return ident
 
-    async def offer_replay(self, flt: str | Filter, id: str | None = None) -> str:
-        """Offer to answer historic queries overlapping ``flt`` (``unadvertise`` withdraws)."""
+    async def offer_replay(
+        self, flt: str | Filter, id: str | None = None, period: Span | None = None
+    ) -> str:
+        """Offer to answer historic queries overlapping ``flt`` and, if ``period`` is given, the
+        publication times it spans (``unadvertise`` withdraws)."""
         ident = id or self._id("a")
-        offer = ReplayOffer(Advertisement(ident, _filter(flt)))
+        offer = ReplayOffer(Advertisement(ident, _filter(flt)), period)
         await self._request(ident, offer)
         self._made["a", ident] = offer
         return ident
@@ -364,20 +460,42 @@ class Client:
         *,
         durable: str | None = None,
         auto_ack: bool = True,
+        retries: int | None = None,
+        backoff: float = 0.1,
+        visibility: Visibility | str = Visibility.ON_COMMIT,
     ) -> SubscriptionHandle:
-        """Subscribe; ``durable``: a durable subscription of that name, kept by the broker
+        """Subscribe; ``visibility``: which publications of transactions it sees, and when
+        (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.transaction``);
+        ``durable``: a durable subscription of that name, kept by the broker
         while this client is away and resumed when a client of the same name makes it again
-        (see ``SubscriptionHandle`` for its acknowledgements)."""
+        (see ``SubscriptionHandle`` for its acknowledgements). ``retries``: a callback that
+        raises is called again up to that many times, waiting ``backoff`` seconds and then
+        twice as long each time, before the publication goes to the subscription's exception
+        queue at the broker (``padres.handling``; see ``exceptions``)."""
+        visibility = Visibility(visibility)
         if durable is None:
             ident = id or self._id("s")
-            return await self._subscribe(Subscription(ident, _filter(flt)), callback)
-        handle = SubscriptionHandle(self, durable, callback, durable=True, auto_ack=auto_ack)
+            sub = Subscription(ident, _filter(flt))
+            options = None if visibility is Visibility.ON_COMMIT else Subscribe(sub, visibility)
+            return await self._subscribe(
+                sub, callback, retries=retries, backoff=backoff, message=options
+            )
+        handle = SubscriptionHandle(
+            self,
+            durable,
+            callback,
+            durable=True,
+            auto_ack=auto_ack,
+            retries=retries,
+            backoff=backoff,
+        )
         self._subs[durable] = handle
-        message = Durable(Subscription(durable, _filter(flt)))
+        message = Durable(Subscription(durable, _filter(flt)), visibility=visibility)
         try:
             await self._request(durable, message)
         except BaseException:
             self._subs.pop(durable, None)
+            handle._deliver(None)
             raise
         self._made["s", durable] = message
         return handle
@@ -395,15 +513,25 @@ class Client:
         return await self._subscribe(sub, callback)
 
     async def _subscribe(
-        self, sub: Subscription | CompositeSubscription, callback: Callable[[Delivery], Any] | None
+        self,
+        sub: Subscription | CompositeSubscription,
+        callback: Callable[[Delivery], Any] | None,
+        *,
+        retries: int | None = None,
+        backoff: float = 0.1,
+        message: Subscribe | None = None,
     ) -> SubscriptionHandle:
-        handle = self._subs[sub.id] = SubscriptionHandle(self, sub.id, callback)
+        """Make ``sub`` (by ``message``, when it has options)."""
+        handle = SubscriptionHandle(self, sub.id, callback, retries=retries, backoff=backoff)
+        self._subs[sub.id] = handle
+        request = message or sub
         try:
-            await self._request(sub.id, sub)
+            await self._request(sub.id, request)
         except BaseException:
             self._subs.pop(sub.id, None)
+            handle._deliver(None)
             raise
-        self._made["s", sub.id] = sub
+        self._made["s", sub.id] = request
         return handle
 
     def ack(self, subscription: str, seq: int) -> None:
@@ -420,6 +548,25 @@ class Client:
         if handle is not None:
             handle._deliver(None)
 
+    def transaction(self, id: str | None = None) -> Transaction:
+        """A transaction of publications: ``async with client.transaction() as tx:`` (see
+        ``padres.transaction``); ``id``: the client's id for it, unique among this client's
+        transactions, made here if None."""
+        return Transaction(self, id or f"{self._id('t')}.{self._instance}")
+
+    def _publication(
+        self, publication: str | Publication | dict[str, Any], id: str | None, *, unique: bool
+    ) -> Publication:
+        """A publication from PADRES text, an attribute dict, or as it is; ``unique``: an id
+        made here carries a token of this client's run (the broker keeps it)."""
+        if isinstance(publication, Publication):
+            return publication
+        if id is None:
+            id = self._id("p") + (f".{self._instance}" if unique else "")
+        if isinstance(publication, str):
+            return parse_publication(publication, id=id, timestamp=_now())
+        return Publication(id, publication, _now(), "")
+
     async def publish(
         self,
         publication: str | Publication | dict[str, Any],
@@ -434,14 +581,7 @@ class Client:
         on disk; until then it is kept here and sent again after a reconnect (``flush`` waits
         for the acknowledgements). Its id must not be reused by this publisher: the ids made
         here carry a token of this client's run."""
-        if id is None:
-            id = self._id("p") + (f".{self._instance}" if guaranteed else "")
-        if isinstance(publication, Publication):
-            pub = publication
-        elif isinstance(publication, str):
-            pub = parse_publication(publication, id=id, timestamp=_now())
-        else:
-            pub = Publication(id, publication, _now(), "")
+        pub = self._publication(publication, id, unique=guaranteed)
         await self.publish_many([pub], guaranteed=guaranteed)
         return pub.id
 
@@ -501,8 +641,108 @@ class Client:
             task = asyncio.get_running_loop().create_task(self._send(acks))
             task.add_done_callback(_quiet)
 
+    async def declare_schema(
+        self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]
+    ) -> None:
+        """Declare the schema of ``class_name``, or widen it, overlay-wide: ``attributes`` is
+        ``"NAME:TYPE NAME:TYPE? ..."`` or a mapping from names to ``"TYPE"``/``"TYPE?"``
+        (docs/language.md, "Typed event classes"). Returns once every reachable broker has
+        it; a declaration that does not widen the schema in force, or goes beyond the broker's
+        limits, raises ``RequestFailed``."""
+        ident = self._id("d")
+        await self._request(ident, DeclareSchema(ident, class_name, parse_attributes(attributes)))
+
+    async def drop_schema(self, class_name: str) -> None:
+        """Drop the schema of ``class_name`` overlay-wide (an administrator's right): the class
+        is untyped again. Returns once every reachable broker knows; nothing changes for a
+        class without a schema."""
+        ident = self._id("d")
+        await self._request(ident, DropSchema(ident, class_name))
+
+    # -- exception queues --------------------------------------------------------------------
+
+    async def exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> ExceptionReport:
+        """The exception queue of ``subscription`` (of client ``client`` at this broker, this
+        client's own by default): every entry, or only ``entries`` (``RequestFailed`` if one
+        is not there), with the queue's length, bytes and how many entries it dropped."""
+        sid = _sid(subscription)
+        found: list[ExceptionEntry] = []
+        after = 0
+        while True:
+            request = Exceptions(
+                self._ref("x"), sid, entries=tuple(entries), client=client or "", after=after
+            )
+            report = await self._exceptions(request)
+            found += report.entries
+            if not report.more or not report.entries:
+                return replace(report, entries=tuple(found), more=False)
+            after = report.entries[-1].id
+
+    async def replay_exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> int:
+        """Deliver entries of the exception queue (all, or ``entries``) again to the
+        subscription, through its handler, now or when its client has it again: handled, an
+        entry goes; failed again, it stays with its attempts added up. Returns how many."""
+        action = ExceptionAction.REPLAY
+        request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
+        return (await self._exceptions(replace(request, client=client or ""))).affected
+
+    async def purge_exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> int:
+        """Remove entries of the exception queue (all, or ``entries``); returns how many."""
+        action = ExceptionAction.PURGE
+        request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
+        return (await self._exceptions(replace(request, client=client or ""))).affected
+
+    async def _exceptions(self, request: Exceptions) -> ExceptionReport:
+        reply = await self._request(request.ref, request)
+        if not isinstance(reply, ExceptionReport):
+            raise RequestFailed(f"unexpected answer: {type(reply).__name__}", request.ref)
+        return reply
+
+    def _ref(self, kind: str) -> str:
+        """A request id of this client's run, for requests that name no id of their own."""
+        return f"{kind}{next(self._refs)}.{self._instance}"
+
+    def _retry(self, retry: Retry) -> None:
+        """An entry of an exception queue delivered again: to the subscription's handler. A
+        subscription without one sends it back as it came."""
+        handle = self._subs.get(retry.subscription)
+        if handle is None:
+            return  # ended: the broker sends it again when the subscription is made again
+        if handle.handler is not None:
+            handle.handler.put_retry(retry)
+            return
+        why = f"subscription {retry.subscription!r} has no handler with retries to replay through"
+        back = Failed(
+            self._ref("f"),
+            retry.subscription,
+            retry.publication,
+            why,
+            max(1, retry.attempts),
+            entry=retry.entry,
+        )
+        task = asyncio.get_running_loop().create_task(self._send([back]))
+        task.add_done_callback(_quiet)
+
     async def query(self, what: str) -> tuple[str, ...]:
-        """The broker's routing table rows: 'subscriptions' or 'advertisements'."""
+        """The rows of a broker's table: 'subscriptions', 'advertisements' or 'schemas'."""
         result = await self._request(f"?{what}", Query(what))
         return result.rows if isinstance(result, QueryResult) else ()
 
@@ -517,7 +757,8 @@ class Client:
         if not usable or self._ws is None:
             raise ConnectionLost(f"client is {self.state.value}")
         try:
-            await self._ws.send(encode_frame(messages))
+            for start in range(0, len(messages), MAX_FRAME_MESSAGES):
+                await self._ws.send(encode_frame(messages[start : start + MAX_FRAME_MESSAGES]))
         except ConnectionClosed as exc:
             raise ConnectionLost(f"connection to {self.url} closed: {exc}") from None
 
@@ -552,6 +793,9 @@ class Client:
                     future.set_exception(lost)
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_exception(lost)
+            if ws is self._ws and not self.reconnect:  # else the broker waits for it a while
+                for transaction in list(self._transactions.values()):
+                    transaction._lost()
             if ws is self._ws and self.state is ClientState.OPEN:
                 if self.reconnect:
                     self.state = ClientState.CONNECTING
@@ -568,12 +812,18 @@ class Client:
                     handle = self._subs.get(sid)
                     if handle is not None:
                         handle._deliver(item)
+            case TxEnded():
+                self._tx_ended(item)
             case CompositeNotify():
                 handle = self._subs.get(item.subscription)
                 if handle is not None:
                     handle._deliver(item)
             case ReplayDone():
                 self._replay_done(item)
+            case Retry():
+                self._retry(item)
+            case ExceptionReport():
+                self._resolve(item.ref, item)
             case ReplayRequest():
                 if self.on_replay is not None:
                     self.on_replay(item)
@@ -593,13 +843,25 @@ class Client:
                 if future is not None and not future.done():
                     future.set_exception(RequestFailed(item.text, item.ref))
                 elif self._welcome is not None and not self._welcome.done():
-                    self._welcome.set_exception(RequestFailed(item.text, item.ref))
+                    self._welcome.set_exception(AuthenticationError(item.text))
                 else:
                     self.on_error(item)
             case Rejected():
                 log.warning("undecodable message from the broker: %s", item.error)
             case _:
                 log.debug("ignored %s from the broker", type(item).__name__)
+
+    def _tx_ended(self, ended: TxEnded) -> None:
+        """A transaction's end from the broker: the answer to a request, or news (the broker
+        aborted it)."""
+        future = self._pending.get(ended.tx)
+        if future is not None and not future.done():
+            future.set_result(ended)
+            return
+        transaction = self._transactions.get(ended.tx)
+        if transaction is not None:
+            log.warning("%s: transaction %s aborted: %s", self.name, ended.tx, ended.reason)
+            transaction._ended(ended.reason, ended.limit)
 
     def _replay_done(self, done: ReplayDone) -> None:
         handle = self._subs.get(done.subscription)
@@ -638,13 +900,17 @@ def _quiet(task: asyncio.Task[None]) -> None:
 def _ref(message: Envelope) -> str:
     if isinstance(message, ReplayOffer):
         return message.advertisement.id
-    if isinstance(message, Durable):
+    if isinstance(message, (Durable, Subscribe)):
         return message.subscription.id
     return (
         message.id
         if isinstance(message, (Advertisement, Subscription, CompositeSubscription))
         else ""
     )
+
+
+def _sid(subscription: str | SubscriptionHandle) -> str:
+    return subscription if isinstance(subscription, str) else subscription.id
 
 
 def _filter(flt: str | Filter) -> Filter:
@@ -685,10 +951,37 @@ class BlockingClient:
         *,
         durable: str | None = None,
         auto_ack: bool = True,
+        visibility: Visibility | str = Visibility.ON_COMMIT,
+        retries: int | None = None,
+        backoff: float = 0.1,
     ) -> SubscriptionHandle:
         return self._call(
-            self._client.subscribe(flt, callback, id, durable=durable, auto_ack=auto_ack)
+            self._client.subscribe(
+                flt,
+                callback,
+                id,
+                durable=durable,
+                auto_ack=auto_ack,
+                visibility=visibility,
+                retries=retries,
+                backoff=backoff,
+            )
         )
+
+    def exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> ExceptionReport:
+        return self._call(self._client.exceptions(subscription, entries, client=client))
+
+    def replay_exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> int:
+        return self._call(self._client.replay_exceptions(subscription, entries, client=client))
+
+    def purge_exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> int:
+        return self._call(self._client.purge_exceptions(subscription, entries, client=client))
 
     def subscribe_composite(
         self,
@@ -712,6 +1005,18 @@ class BlockingClient:
 
     def flush(self, timeout: float | None = None) -> None:
         self._call(self._client.flush(timeout))
+
+    def transaction(self, id: str | None = None) -> BlockingTransaction:
+        """A transaction of publications: ``with client.transaction() as tx:``."""
+        return BlockingTransaction(self, self._client.transaction(id))
+
+    def declare_schema(
+        self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]
+    ) -> None:
+        self._call(self._client.declare_schema(class_name, attributes))
+
+    def drop_schema(self, class_name: str) -> None:
+        self._call(self._client.drop_schema(class_name))
 
     def query(self, what: str) -> tuple[str, ...]:
         return self._call(self._client.query(what))

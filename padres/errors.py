@@ -5,14 +5,29 @@ Hierarchy::
     PadresError                  base of every error raised on purpose here
     ├── InvalidMessage           a message breaks a rule of the language (also a ValueError)
     │   ├── ParseError           ... read from PADRES text (carries line, column, excerpt)
-    │   └── DecodeError          ... read from the JSON wire format (carries the field path)
+    │   ├── DecodeError          ... read from the JSON wire format (carries the field path)
+    │   └── SchemaViolation      ... breaks the schema of its class (carries class, attribute,
+    │                                expected and found type)
     ├── DuplicateId              an id is already in use (also a KeyError)
     ├── UnknownId                no such id (also a KeyError)
     ├── ConnectionLost           the connection to a broker is closed
     │   └── ConnectError         ... or was never made: the broker could not be reached
+    ├── TLSError                 a certificate, key or CA file cannot be used
+    ├── SchemaConflict           a class's schema declared again, not as a widening of the one
+    │                            in force (carries the class and that one's version)
+    ├── SchemaLimit              a schema declaration beyond a broker's limits: too many
+    │                            schemas in the overlay, or attributes in one
     ├── RequestFailed            a broker refused a request (carries the request's id)
+    │   └── TransactionError     ... about a transaction (carries its id): unknown, say
+    │       ├── TransactionAborted   ... it was aborted (carries why), so it cannot commit
+    │       │   └── TransactionLimit ... by a limit: too many open, or publications in one
+    │       └── TransactionClosed    ... it is committed (or never begun): it takes no more
+    ├── AuthenticationError      a user, password, token or name was not accepted
+    ├── AccountsError            an accounts file cannot be read, or an edit of it is wrong
     ├── StorageError             a database on disk failed (the driver's error is the cause)
     │   ├── JournalError         ... a broker's journal
+    │   ├── OutboxError          ... an application's outbox table (publishing from its
+    │   │                            database transaction)
     │   └── StoreError           ... a historic store
     │       └── StoreUnavailable ... unreachable or busy: the same write may work later
     └── CommandError             the command line was asked for something it cannot do
@@ -21,6 +36,8 @@ Hierarchy::
 from __future__ import annotations
 
 __all__ = [
+    "AccountsError",
+    "AuthenticationError",
     "CommandError",
     "ConnectError",
     "ConnectionLost",
@@ -28,12 +45,21 @@ __all__ = [
     "DuplicateId",
     "InvalidMessage",
     "JournalError",
+    "OutboxError",
     "PadresError",
     "ParseError",
     "RequestFailed",
+    "SchemaConflict",
+    "SchemaLimit",
+    "SchemaViolation",
     "StorageError",
     "StoreError",
     "StoreUnavailable",
+    "TLSError",
+    "TransactionAborted",
+    "TransactionClosed",
+    "TransactionError",
+    "TransactionLimit",
     "UnknownId",
 ]
 
@@ -44,6 +70,10 @@ class PadresError(Exception):
 
 class InvalidMessage(PadresError, ValueError):
     """A message does not follow the rules of the language (types, mandatory class, ...)."""
+
+
+_EXCERPT = 120
+"""Characters of the offending line a ``ParseError`` shows, around its column."""
 
 
 class ParseError(InvalidMessage):
@@ -65,7 +95,12 @@ class ParseError(InvalidMessage):
     def _render(self) -> str:
         where = f"{self.origin}:" if self.origin else ""
         excerpt = self.source.rstrip("\n")
-        caret = " " * (self.column - 1) + "^"
+        column = self.column
+        if len(excerpt) > _EXCERPT:  # a window of the line around the column, not all of it
+            start = max(0, min(column - 1 - _EXCERPT // 2, len(excerpt) - _EXCERPT))
+            excerpt = excerpt[start : start + _EXCERPT]
+            column -= start
+        caret = " " * (column - 1) + "^"
         return (
             f"{where}line {self.line}, column {self.column}: {self.reason}\n  {excerpt}\n  {caret}"
         )
@@ -90,6 +125,35 @@ class DecodeError(InvalidMessage):
         self.reason = reason
         self.path = path
         super().__init__(f"{path}: {reason}")
+
+
+class SchemaViolation(InvalidMessage):
+    """A message breaks the schema of its class: an unknown attribute, a value or a comparison
+    of the wrong type, a required attribute missing. ``expected`` and ``found`` name the types
+    (empty for an unknown or missing attribute)."""
+
+    def __init__(
+        self, reason: str, *, class_name: str, attribute: str, expected: str = "", found: str = ""
+    ) -> None:
+        self.class_name = class_name
+        self.attribute = attribute
+        self.expected = expected
+        self.found = found
+        super().__init__(reason)
+
+
+class SchemaConflict(PadresError):
+    """A class's schema was declared again in a way that does not widen the one in force."""
+
+    def __init__(self, reason: str, *, class_name: str, version: int) -> None:
+        self.class_name = class_name
+        self.version = version
+        super().__init__(reason)
+
+
+class SchemaLimit(PadresError):
+    """A schema declaration goes beyond a broker's limits (``padres.broker.quotas.Quotas``):
+    one schema more than the overlay may hold, or more attributes than one may have."""
 
 
 class DuplicateId(PadresError, KeyError):
@@ -124,6 +188,10 @@ class ConnectError(ConnectionLost):
     """The broker could not be reached (refused, unresolvable, timed out, not a broker)."""
 
 
+class TLSError(PadresError):
+    """A certificate, private key or CA file is missing or cannot be used."""
+
+
 class RequestFailed(PadresError):
     """The broker refused a request; ``ref`` is the request's id."""
 
@@ -133,12 +201,51 @@ class RequestFailed(PadresError):
         super().__init__(text)
 
 
+class TransactionError(RequestFailed):
+    """A transaction could not begin, go on or end; ``tx`` is the client's id for it."""
+
+    def __init__(self, text: str, tx: str) -> None:
+        self.tx = tx
+        super().__init__(text, tx)
+
+
+class TransactionAborted(TransactionError):
+    """The transaction was aborted (by its client, or by its broker: ``reason`` says why)."""
+
+    def __init__(self, text: str, tx: str, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(text, tx)
+
+
+class TransactionClosed(TransactionError):
+    """The transaction is committed (nothing more can be published in it, nor can it be
+    aborted), or was never begun. Using one that was aborted raises ``TransactionAborted``."""
+
+
+class TransactionLimit(TransactionAborted):
+    """A limit refused the transaction: open transactions per client, or publications (or
+    bytes) in one."""
+
+
+class AuthenticationError(PadresError):
+    """Who is connecting could not be verified, or may not use the name it asked for."""
+
+
+class AccountsError(PadresError):
+    """An accounts file is missing, malformed or names a bad grant, or an edit of it is wrong
+    (an account that does not exist, say)."""
+
+
 class StorageError(PadresError):
     """A database on disk failed or refused (the driver's error is the cause)."""
 
 
 class JournalError(StorageError):
     """A broker's journal failed."""
+
+
+class OutboxError(StorageError):
+    """An application's outbox table failed (``historic.transactional``)."""
 
 
 class StoreError(StorageError):

@@ -9,7 +9,12 @@ It holds
 - the tree each local advertisement went down, so that a publisher advertising again (after
   it reconnected, or after a restart of the broker) gets its old tree, and positions stay
   meaningful to those who follow it;
-- the durable subscriptions made at this broker, with what is queued for each.
+- the durable subscriptions made at this broker, with what is queued for each;
+- the schemas of the typed classes it knows, so that it enforces them again after a restart.
+
+A committed transaction's publications are guaranteed publications marked with the transaction
+(``log.tx``), and deliveries of transactional publications with it and its outcome
+(``queue.tx``, ``queue.outcome``), so that recovery and resumption show them as what they are.
 
 Nothing is written for good until ``commit``: the runtime commits once per frame it read,
 before it sends anything that frame caused, so an acknowledgement never gets ahead of the disk.
@@ -24,17 +29,21 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, TypeAlias
 
+import msgspec
 import orjson
 
 from padres.errors import JournalError
 from padres.messages import Publication, Subscription
-from padres.wire import from_dict, to_dict
+from padres.protocol import Outcome, Visibility
+from padres.schema import Schema
+from padres.wire import decode, encode
 
-__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "Sync"]
+__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "Sync", "Tag"]
 
 RETENTION: Final = 1_000_000
 """Guaranteed publications kept for recovery, per broker (the oldest go first)."""
@@ -57,7 +66,19 @@ CREATE TABLE IF NOT EXISTS durables (
 CREATE TABLE IF NOT EXISTS queue (
     owner TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, size INTEGER NOT NULL,
     body BLOB NOT NULL, PRIMARY KEY (owner, name, seq));
+CREATE TABLE IF NOT EXISTS schemas (class TEXT PRIMARY KEY, body BLOB NOT NULL);
 """
+_COLUMNS: Final = (
+    ("log", "tx", "TEXT NOT NULL DEFAULT ''"),
+    ("queue", "tx", "TEXT NOT NULL DEFAULT ''"),
+    ("queue", "outcome", "TEXT NOT NULL DEFAULT ''"),
+    ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
+)
+"""Columns added since the first schema: a journal written before gets them when opened."""
+
+
+Tag: TypeAlias = tuple[str, Outcome]
+"""A transactional publication's transaction and outcome."""
 
 
 class Sync(StrEnum):
@@ -85,6 +106,8 @@ class DurableRecord:
     """Deliveries thrown away because the queue was over its limits while the client was away."""
     created: float = 0.0
     """When it was made (Unix seconds): what it asks the roots of new trees for."""
+    visibility: Visibility = Visibility.ON_COMMIT
+    """Which transactional publications it sees."""
 
     @property
     def name(self) -> str:
@@ -92,11 +115,11 @@ class DurableRecord:
 
 
 def _body(pub: Publication) -> bytes:
-    return orjson.dumps(to_dict(pub))
+    return encode(pub)
 
 
 def _publication(body: bytes) -> Publication:
-    message = from_dict(orjson.loads(body))
+    message = decode(body)
     if not isinstance(message, Publication):
         raise JournalError("the journal holds something other than a publication")
     return message
@@ -116,6 +139,11 @@ class Journal:
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={sync.value.upper()}")
             self._db.executescript(_SCHEMA)
+            for table, column, declaration in _COLUMNS:
+                found = self._db.execute(f"PRAGMA table_info({table})").fetchall()
+                if column not in {row[1] for row in found}:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            self._db.execute("CREATE INDEX IF NOT EXISTS log_tx ON log (tx) WHERE tx != ''")
             row = self._db.execute("SELECT max(pos) FROM log").fetchone()
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open the journal {path}: {exc}") from exc
@@ -125,11 +153,35 @@ class Journal:
     def close(self) -> None:
         self._db.close()
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The database, for the parts of the broker that keep tables of their own in the
+        journal (``padres.broker.exception_queues``): their writes commit with the rest."""
+        return self._db
+
     def commit(self) -> None:
         try:
             self._db.commit()
         except sqlite3.Error as exc:
             raise JournalError(f"cannot commit the journal {self.path}: {exc}") from exc
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """What is written inside is kept whole or not at all: an error inside undoes it (a
+        savepoint), and goes on. Nothing is committed here: a savepoint opened outside a
+        transaction would commit on release, so one is begun first."""
+        head = self.head
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN")
+        self._db.execute("SAVEPOINT atomic")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK TO atomic")
+            self._db.execute("RELEASE atomic")
+            self.head = head
+            raise
+        self._db.execute("RELEASE atomic")
 
     def rollback(self) -> None:
         """Forget what was not committed (what a crash would lose)."""
@@ -139,10 +191,10 @@ class Journal:
 
     # -- guaranteed publications -------------------------------------------------------------
 
-    def append(self, tree: str, pub: Publication, at: float) -> tuple[int, bool]:
-        """Record ``pub`` going down ``tree``, accepted at ``at`` (Unix seconds): its
-        position, and whether it is new (a publication already recorded, by publisher and id,
-        keeps its first position)."""
+    def append(self, tree: str, pub: Publication, at: float, tx: str = "") -> tuple[int, bool]:
+        """Record ``pub`` going down ``tree``, accepted at ``at`` (Unix seconds), committed
+        with transaction ``tx`` if it has one: its position, and whether it is new (a
+        publication already recorded, by publisher and id, keeps its first position)."""
         found = self._db.execute(
             "SELECT pos FROM log WHERE publisher = ? AND id = ?", (pub.publisher, pub.id)
         ).fetchone()
@@ -150,26 +202,41 @@ class Journal:
             return found[0], False
         self.head += 1
         self._db.execute(
-            "INSERT INTO log (pos, tree, publisher, id, at, body) VALUES (?, ?, ?, ?, ?, ?)",
-            (self.head, tree, pub.publisher, pub.id, at, _body(pub)),
+            "INSERT INTO log (pos, tree, publisher, id, at, body, tx) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self.head, tree, pub.publisher, pub.id, at, _body(pub), tx),
         )
         if self.head % 1000 == 0 and self.head > self.retention:
             self._db.execute("DELETE FROM log WHERE pos <= ?", (self.head - self.retention,))
         return self.head, True
 
+    def recorded(self, publisher: str, pub_id: str) -> bool:
+        """Whether a publication of ``publisher`` with id ``pub_id`` is recorded (as long as
+        the journal keeps it)."""
+        found = self._db.execute(
+            "SELECT 1 FROM log WHERE publisher = ? AND id = ?", (publisher, pub_id)
+        )
+        return found.fetchone() is not None
+
+    def committed(self, tx: str) -> bool:
+        """Whether transaction ``tx`` committed publications here (that the journal keeps)."""
+        found = self._db.execute("SELECT 1 FROM log WHERE tx = ? AND tx != '' LIMIT 1", (tx,))
+        return found.fetchone() is not None
+
     def since(
         self, tree: str, after: int, limit: int, at: float = 0.0
-    ) -> tuple[list[tuple[int, int, Publication]], bool]:
+    ) -> tuple[list[tuple[int, int, Publication, str]], bool]:
         """Up to ``limit`` rows of ``tree`` after position ``after``, in order, and whether
         some after ``after`` may be gone (older than the journal keeps). A row is
-        (position, 1 if it was accepted at ``at`` or later else 0, publication)."""
+        (position, 1 if it was accepted at ``at`` or later else 0, publication, the
+        transaction it was committed with or "")."""
         rows = self._db.execute(
-            "SELECT pos, at >= ?, body FROM log WHERE tree = ? AND pos > ? ORDER BY pos LIMIT ?",
+            "SELECT pos, at >= ?, body, tx FROM log WHERE tree = ? AND pos > ? "
+            "ORDER BY pos LIMIT ?",
             (at, tree, after, limit),
         ).fetchall()
         oldest = self._db.execute("SELECT min(pos) FROM log").fetchone()[0]
         lost = after > 0 and oldest is not None and oldest > after + 1
-        return [(pos, recent, _publication(body)) for pos, recent, body in rows], lost
+        return [(pos, recent, _publication(body), tx) for pos, recent, body, tx in rows], lost
 
     def tree_of(self, publisher: str, advertisement: str) -> str | None:
         row = self._db.execute(
@@ -196,34 +263,59 @@ class Journal:
             (publisher, advertisement),
         )
 
+    # -- schemas -----------------------------------------------------------------------------
+
+    def schemas(self) -> Iterator[Schema]:
+        for (body,) in self._db.execute("SELECT body FROM schemas").fetchall():
+            try:
+                yield msgspec.json.decode(body, type=Schema)
+            except msgspec.DecodeError as exc:
+                raise JournalError(f"the journal holds a schema it cannot read: {exc}") from exc
+
+    def save_schema(self, schema: Schema) -> None:
+        """Keep ``schema``, in place of the one of its class kept before."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO schemas (class, body) VALUES (?, ?)",
+            (schema.class_name, msgspec.json.encode(schema)),
+        )
+
     # -- durable subscriptions ---------------------------------------------------------------
 
     def durables(self) -> Iterator[DurableRecord]:
         rows = self._db.execute(
-            "SELECT owner, subscription, cursors, next, acked, discarded, created FROM durables"
+            "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility "
+            "FROM durables"
         ).fetchall()
-        for owner, sub, cursors, nxt, acked, discarded, created in rows:
-            subscription = from_dict(orjson.loads(sub))
+        for owner, sub, cursors, nxt, acked, discarded, created, visibility in rows:
+            subscription = decode(sub)
             if not isinstance(subscription, Subscription):
                 raise JournalError("the journal holds a durable subscription it cannot read")
             yield DurableRecord(
-                owner, subscription, orjson.loads(cursors), nxt, acked, discarded, created
+                owner,
+                subscription,
+                orjson.loads(cursors),
+                nxt,
+                acked,
+                discarded,
+                created,
+                Visibility(visibility),
             )
 
     def save(self, record: DurableRecord) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO durables "
-            "(owner, name, subscription, cursors, next, acked, discarded, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.owner,
                 record.name,
-                orjson.dumps(to_dict(record.subscription)),
+                encode(record.subscription),
                 orjson.dumps(record.cursors),
                 record.next,
                 record.acked,
                 record.discarded,
                 record.created,
+                record.visibility.value,
             ),
         )
 
@@ -232,24 +324,32 @@ class Journal:
         self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
         self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ?", key)
 
-    def enqueue(self, record: DurableRecord, seq: int, pub: Publication) -> int:
-        """Queue a delivery; returns its size in bytes."""
+    def enqueue(
+        self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
+    ) -> int:
+        """Queue a delivery (of a transaction's publication: ``tag``); returns its size in
+        bytes."""
         body = _body(pub)
+        tx, outcome = tag or ("", "")
         self._db.execute(
-            "INSERT INTO queue (owner, name, seq, size, body) VALUES (?, ?, ?, ?, ?)",
-            (record.owner, record.name, seq, len(body), body),
+            "INSERT INTO queue (owner, name, seq, size, body, tx, outcome) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (record.owner, record.name, seq, len(body), body, tx, outcome),
         )
         return len(body)
 
     def queued(
         self, record: DurableRecord, after: int, limit: int
-    ) -> list[tuple[int, Publication]]:
+    ) -> list[tuple[int, Publication, Tag | None]]:
         rows = self._db.execute(
-            "SELECT seq, body FROM queue WHERE owner = ? AND name = ? AND seq > ? "
+            "SELECT seq, body, tx, outcome FROM queue WHERE owner = ? AND name = ? AND seq > ? "
             "ORDER BY seq LIMIT ?",
             (record.owner, record.name, after, limit),
         ).fetchall()
-        return [(seq, _publication(body)) for seq, body in rows]
+        return [
+            (seq, _publication(body), (tx, Outcome(outcome)) if tx else None)
+            for seq, body, tx, outcome in rows
+        ]
 
     def backlog(self, record: DurableRecord) -> tuple[int, int]:
         """How many deliveries are queued for ``record``, and their bytes."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -27,7 +28,12 @@ from padres.errors import InvalidMessage
 from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 
 __all__ = [
+    "MAX_ATTRIBUTES",
+    "MAX_DEPTH",
+    "MAX_PARTS",
     "MAX_PATTERNS",
+    "MAX_PREDICATES",
+    "MAX_STRING_BYTES",
     "TIME",
     "VERSION",
     "Advertisement",
@@ -49,13 +55,24 @@ __all__ = [
     "WireMessage",
     "check_id",
     "check_value",
+    "quote",
 ]
 
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-_ID: Final = re.compile(r"[^\s,\[\]{}()'\"]{1,256}")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,255}")
+_ID: Final = re.compile(r"[^\x00-\x20\x7f,\[\]{}()'\"/\\]{1,256}")
 _INT64: Final = range(-(2**63), 2**63)
 MAX_PATTERNS: Final = 256
 """A composite subscription may expand to at most this many alternative conjunctions."""
+MAX_PREDICATES: Final = 256
+"""A filter holds at most this many predicates."""
+MAX_ATTRIBUTES: Final = 1024
+"""A publication holds at most this many attributes."""
+MAX_STRING_BYTES: Final = 1 << 20
+"""A string value is at most this long, in bytes of UTF-8."""
+MAX_DEPTH: Final = 32
+"""A composite subscription nests groups at most this deep."""
+MAX_PARTS: Final = 64
+"""A composite subscription joins at most this many filters."""
 VERSION: Final = 1
 """The protocol version every message carries as ``"v"``."""
 
@@ -83,8 +100,11 @@ class _Valid:
     """Whether a string matches ``pattern``; the strings already found to, a bounded set, skip
     the regular expression (messages carry the same names and ids again and again)."""
 
-    def __init__(self, pattern: re.Pattern[str], most: int = 4096) -> None:
+    def __init__(
+        self, pattern: re.Pattern[str], most: int = 4096, also: Callable[[str], bool] | None = None
+    ) -> None:
         self.pattern = pattern
+        self.also = also
         self.most = most
         self.seen: set[str] = set()
 
@@ -93,7 +113,7 @@ class _Valid:
             return False
         if text in self.seen:
             return True
-        if not self.pattern.fullmatch(text):
+        if not self.pattern.fullmatch(text) or (self.also is not None and not self.also(text)):
             return False
         if len(self.seen) >= self.most:
             self.seen.clear()
@@ -101,35 +121,81 @@ class _Valid:
         return True
 
 
+def _visible(text: str) -> bool:
+    """Whether every character is a letter, mark, number, punctuation or symbol: no spaces,
+    control or format characters (NUL, right-to-left overrides, zero-width joiners, ...)."""
+    return text.isascii() or all(unicodedata.category(c)[0] in "LMNPS" for c in text)
+
+
 _VALID_NAME: Final = _Valid(_NAME)
-_VALID_ID: Final = _Valid(_ID)
+_VALID_ID: Final = _Valid(_ID, also=_visible)
+
+
+def quote(value: object, most: int = 40) -> str:
+    """``repr(value)``, cut short in the middle: errors quote what they refuse, never at
+    length."""
+    text = repr(value)
+    if len(text) <= most:
+        return text
+    half = (most - 5) // 2
+    return f"{text[:half]}[...]{text[-half:]} ({len(text):,} characters)"
 
 
 def _check_name(name: object, what: str = "attribute name") -> str:
     if not _VALID_NAME(name):
         raise InvalidMessage(
-            f"invalid {what} {name!r}: use letters, digits, '_', '.', '-', "
+            f"invalid {what} {quote(name)}: 1 to 256 letters, digits, '_', '.', '-', "
             "starting with a letter or '_'"
         )
     return name
 
 
 def check_id(ident: object, what: str) -> str:
+    """Return ``ident`` if it is a valid id: 1 to 256 visible characters, none of which are
+    quotes, commas, brackets or slashes."""
     if not _VALID_ID(ident):
         raise InvalidMessage(
-            f"invalid {what} {ident!r}: 1 to 256 characters, no spaces, quotes, commas or brackets"
+            f"invalid {what} {quote(ident)}: 1 to 256 visible characters, no spaces, quotes, "
+            "commas, brackets, slashes or control characters"
         )
     return ident
+
+
+def _check_string(text: str, attribute: str) -> str:
+    """A string value: valid Unicode (no lone surrogates), no NUL, at most
+    ``MAX_STRING_BYTES`` bytes of UTF-8."""
+    if len(text) > MAX_STRING_BYTES // 4:
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError:
+            size = 0  # reported below
+        if size > MAX_STRING_BYTES:
+            raise InvalidMessage(
+                f"string of {attribute!r} is {size:,} bytes long; the limit is "
+                f"{MAX_STRING_BYTES:,} bytes"
+            )
+    if "\0" in text:
+        raise InvalidMessage(f"string {quote(text)} of {attribute!r} holds a NUL character")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise InvalidMessage(
+                f"string {quote(text)} of {attribute!r} is not valid Unicode (a lone surrogate)"
+            ) from None
+    return text
 
 
 def check_value(value: object, attribute: str) -> Value:
     """Return ``value`` if it is a valid attribute value, else raise ``InvalidMessage``."""
     t = type(value)
-    if t is str or t is bool:
+    if t is str:
+        return _check_string(value, attribute)  # type: ignore[arg-type]
+    if t is bool:
         return value  # type: ignore[return-value]
     if t is int:
         if value not in _INT64:
-            raise InvalidMessage(f"integer {value} of {attribute!r} does not fit in 64 bits")
+            raise InvalidMessage(f"integer {quote(value)} of {attribute!r} does not fit in 64 bits")
         return value  # type: ignore[return-value]
     if t is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
@@ -141,17 +207,22 @@ def check_value(value: object, attribute: str) -> Value:
 
 
 _FLOAT_MAX: Final = sys.float_info.max
+_SHORT: Final = MAX_STRING_BYTES // 4
 
 
 def _check_attributes(attrs: Mapping[str, object]) -> None:
     """Check every name and value of a publication, quickly for the common ones."""
+    if len(attrs) > MAX_ATTRIBUTES:
+        raise InvalidMessage(
+            f"a publication has {len(attrs):,} attributes; the limit is {MAX_ATTRIBUTES:,}"
+        )
     if not attrs.keys() <= _VALID_NAME.seen:
         for name in attrs:
             _check_name(name)
     for name, value in attrs.items():
         t = type(value)
         if (
-            t is str
+            (t is str and value.isascii() and len(value) <= _SHORT and "\0" not in value)  # type: ignore[attr-defined, operator, arg-type]
             or t is bool
             or (t is float and -_FLOAT_MAX <= value <= _FLOAT_MAX)  # type: ignore[operator]
             or (t is int and value in _INT64)
@@ -241,7 +312,7 @@ class Predicate:
         if not ok:
             raise InvalidMessage(
                 f"operator {self.op} of {self.attribute!r} takes a {kind.value}, "
-                f"not {type(value).__name__} {value!r}"
+                f"not {type(value).__name__} {quote(value)}"
             )
 
     @property
@@ -328,6 +399,10 @@ class Filter(_Immutable):
     def __init__(self, predicates: tuple[Predicate, ...], window: TimeWindow | None = None) -> None:
         if not predicates:
             raise InvalidMessage("a filter needs at least one predicate")
+        if len(predicates) > MAX_PREDICATES:
+            raise InvalidMessage(
+                f"a filter has {len(predicates):,} predicates; the limit is {MAX_PREDICATES}"
+            )
         if any(p.attribute == TIME for p in predicates):
             raise InvalidMessage(
                 "[time,...] is the publication timestamp: compare it with <, <=, > or >= "
@@ -380,15 +455,31 @@ class Advertisement(WireMessage, frozen=True, tag="advertisement"):
 
 
 class _Junction(_Immutable):
-    __slots__ = ("parts",)
+    __slots__ = ("depth", "parts", "size")
     __match_args__ = ("parts",)
     parts: tuple[Expression, ...]
+    depth: int
+    """How deep groups nest in it: 1 when its parts are filters."""
+    size: int
+    """How many filters it joins."""
     _symbol = ""
 
     def __init__(self, parts: tuple[Expression, ...]) -> None:
         if len(parts) < 2:
             raise InvalidMessage(f"'{self._symbol}' joins at least two parts")
+        depth = 1 + max(p.depth if isinstance(p, _Junction) else 0 for p in parts)
+        if depth > MAX_DEPTH:
+            raise InvalidMessage(
+                f"a composite subscription is nested deeper than {MAX_DEPTH} groups"
+            )
+        size = sum(p.size if isinstance(p, _Junction) else 1 for p in parts)
+        if size > MAX_PARTS:
+            raise InvalidMessage(
+                f"a composite subscription joins {size:,} filters; the limit is {MAX_PARTS}"
+            )
         self._set(parts)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "size", size)
 
 
 class AllOf(_Junction):

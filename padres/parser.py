@@ -23,6 +23,7 @@ failure raises ``ParseError`` with the column of the offending token.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,7 @@ from typing import Final, NamedTuple, TypeVar
 
 from padres.errors import InvalidMessage, ParseError
 from padres.messages import (
+    MAX_DEPTH,
     TIME,
     Advertisement,
     AllOf,
@@ -45,6 +47,7 @@ from padres.messages import (
     Variable,
     VarType,
     check_value,
+    quote,
 )
 from padres.times import narrow, parse_time
 from rete.operators import Op, Value
@@ -146,15 +149,35 @@ def _literal(kind: str, raw: str, text: str, pos: int) -> Value:
         return _unescape(raw[1:-1], text, pos + 1)
     if kind == "number":
         if any(c in raw for c in ".eE"):
-            return float(raw)
+            number = _float(raw)
+            if number is None:
+                raise ParseError(
+                    f"number {quote(raw)} is out of the range of a 64-bit float",
+                    source=text,
+                    column=pos + 1,
+                )
+            return number
         if len(raw.lstrip("+-").lstrip("0")) > 19:
-            raise ParseError(f"integer {raw} does not fit in 64 bits", source=text, column=pos + 1)
+            raise ParseError(
+                f"integer {quote(raw)} does not fit in 64 bits", source=text, column=pos + 1
+            )
         return int(raw)
     if raw == "true":
         return True
     if raw == "false":
         return False
     return raw  # a bare string, as PADRES writes them: [symbol,eq,IBM]
+
+
+def _float(raw: str) -> float | None:
+    """The float ``raw`` writes, or None if it is too large (infinite) or too small: a number
+    that is not zero but would read as 0.0."""
+    number = float(raw)
+    if math.isinf(number):
+        return None
+    if number == 0.0 and raw.partition("e")[0].partition("E")[0].strip("+-0.") != "":
+        return None
+    return number
 
 
 _T = TypeVar("_T")
@@ -173,6 +196,8 @@ class _Parser:
         self.i = 0
         self.now = _now()
         """What ``now`` means in this text: one instant for all of its time predicates."""
+        self.depth = 0
+        """How deep the groups of a composite are nested at the current token."""
         self.query_id: str | None = None
         """The ``_query_id`` of a PADRES historic query read by ``filter`` (the last one)."""
 
@@ -335,6 +360,17 @@ class _Parser:
 
     def primary(self) -> Expression:
         tok = self.take()
+        if tok.text in ("{", "(") and self.depth >= MAX_DEPTH:
+            raise self.error(
+                f"a composite subscription is nested deeper than {MAX_DEPTH} groups", tok
+            )
+        self.depth += 1
+        try:
+            return self.group(tok)
+        finally:
+            self.depth -= 1
+
+    def group(self, tok: _Token) -> Expression:
         if tok.text == "{" and self.peek().text in ("{", "("):
             expr = self.composite()  # PADRES groups with braces: {{[...]}&{[...]}}
             self.expect("}", "to close the group")
@@ -453,7 +489,10 @@ def _fast_attributes(text: str) -> dict[str, Value] | None:
     attrs: dict[str, Value] = {}
     for name, string, real, integer, boolean in pairs:
         if real:
-            attrs[name] = float(real)
+            number = _float(real)
+            if number is None:
+                return None  # the full parser says why
+            attrs[name] = number
         elif integer:
             attrs[name] = int(integer)
         elif boolean:

@@ -21,7 +21,13 @@ from padres.messages import (
 from padres.times import window_predicates
 from rete.operators import Op, Value
 
-__all__ = ["format_batch_line", "format_filter", "format_message", "format_value"]
+__all__ = [
+    "format_batch_line",
+    "format_filter",
+    "format_message",
+    "format_predicate",
+    "format_value",
+]
 
 _ESCAPE: Final = str.maketrans({"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
@@ -36,7 +42,7 @@ def format_value(value: Value | Variable) -> str:
     return repr(value)
 
 
-def _predicate(p: Predicate) -> str:
+def format_predicate(p: Predicate) -> str:
     if p.op is Op.IS_PRESENT:
         return f"[{p.attribute},{p.op}]"
     assert p.value is not None
@@ -45,7 +51,7 @@ def _predicate(p: Predicate) -> str:
 
 def format_filter(f: Filter) -> str:
     times = [f"[{a},{op},'{at}']" for a, op, at in window_predicates(f.window)]
-    return ",".join([*(_predicate(p) for p in f.predicates), *times])
+    return ",".join([*(format_predicate(p) for p in f.predicates), *times])
 
 
 def _expression(expr: Expression, nested: bool = False) -> str:

@@ -11,36 +11,49 @@ every one of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, TypeAlias
+from typing import Annotated, Any, ClassVar, Final, TypeAlias
 
 import msgspec
 
 from padres.errors import InvalidMessage
 from padres.messages import (
     Advertisement,
+    Filter,
     Message,
     Publication,
     Subscription,
+    TimeWindow,
     WireMessage,
     check_id,
 )
-from padres.wire import MAX_FRAME_BYTES, Codec, Rejected, encode_frame, to_dict
+from padres.schema import Attributes, Schema, check_class, parse_attributes
+from padres.wire import MAX_FRAME_BYTES, MAX_FRAME_MESSAGES, Codec, Rejected, encode_frame, to_dict
 from rete.operators import Value
 
 __all__ = [
     "ENVELOPES",
     "MAX_FRAME_BYTES",
+    "MAX_FRAME_MESSAGES",
     "Ack",
     "CompositeNotify",
+    "DeclareSchema",
+    "DropSchema",
     "Durable",
     "Echo",
     "Envelope",
     "Error",
+    "ExceptionAction",
+    "ExceptionEntry",
+    "ExceptionReport",
+    "Exceptions",
+    "Failed",
     "Guaranteed",
     "Hello",
     "Notify",
     "Ok",
+    "Outcome",
     "Query",
     "QueryResult",
     "Recover",
@@ -51,12 +64,24 @@ __all__ = [
     "ReplayEnd",
     "ReplayOffer",
     "ReplayRequest",
+    "Retry",
     "Role",
     "RouteAdvertise",
     "RoutePublish",
+    "RouteSchema",
     "RouteSubscribe",
+    "RouteTxPublish",
     "RouteUnadvertise",
     "RouteUnsubscribe",
+    "Span",
+    "Subscribe",
+    "TxAbort",
+    "TxBegin",
+    "TxCommit",
+    "TxEnded",
+    "TxNotify",
+    "TxPublish",
+    "Visibility",
     "Welcome",
     "decode_frame",
     "encode_frame",
@@ -74,16 +99,46 @@ class Role(StrEnum):
     BROKER = "broker"
 
 
+class Outcome(StrEnum):
+    """Where a transactional publication stands: its transaction is still open, or over."""
+
+    PENDING = "pending"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Visibility(StrEnum):
+    """Which transactional publications a subscription sees (``docs/transactions.md``).
+
+    ``on_commit``: those of committed transactions, once committed (the default);
+    ``immediate``: every one at once (``pending``), then again with its outcome;
+    ``on_abort``: those of aborted transactions, once aborted (to compensate)."""
+
+    ON_COMMIT = "on_commit"
+    IMMEDIATE = "immediate"
+    ON_ABORT = "on_abort"
+
+
 class Hello(WireMessage, frozen=True, tag="hello"):
-    """The first message of a connection: who is connecting, as a client or as a broker."""
+    """The first message of a connection: who is connecting, as a client or as a broker.
+
+    A broker with accounts (``docs/security.md``) wants ``user`` and ``password``, or a
+    ``token`` alone; the account must own ``name``."""
 
     name: str
     role: Role = Role.CLIENT
+    user: str = ""
+    password: str = ""
+    token: str = ""
 
     def __post_init__(self) -> None:
         check_id(self.name, "client or broker name")
         if not isinstance(self.role, Role):
             raise InvalidMessage(f"role must be 'client' or 'broker', not {self.role!r}")
+
+    def __repr__(self) -> str:
+        secret = ", password=..." if self.password else ", token=..." if self.token else ""
+        return f"Hello(name={self.name!r}, role={self.role!r}, user={self.user!r}{secret})"
 
 
 class Welcome(WireMessage, frozen=True, tag="welcome"):
@@ -121,6 +176,66 @@ class Notify(WireMessage, frozen=True, tag="notify"):
     seq: Count = 0
 
 
+class TxNotify(Notify, frozen=True, kw_only=True, tag="tx_notify"):
+    """A publication of transaction ``tx`` delivered to a client: ``outcome`` is ``pending``
+    while the transaction is open (to ``immediate`` subscriptions), else how it ended."""
+
+    tx: str
+    outcome: Outcome
+
+
+class Subscribe(WireMessage, frozen=True, tag="subscribe"):
+    """Make ``subscription`` with options: ``visibility`` of transactional publications.
+
+    A plain ``subscription`` is the same with the default visibility, ``on_commit``."""
+
+    subscription: Subscription
+    visibility: Visibility = Visibility.ON_COMMIT
+
+
+class TxBegin(WireMessage, frozen=True, tag="tx_begin"):
+    """Open transaction ``tx`` (the client's id for it). Answered by ``ok``, or by
+    ``tx_ended`` when a limit refuses it."""
+
+    tx: str
+
+    def __post_init__(self) -> None:
+        check_id(self.tx, "transaction id")
+
+
+class TxPublish(WireMessage, frozen=True, tag="tx_publish"):
+    """A publication made in open transaction ``tx``; no reply (``tx_ended`` if refused)."""
+
+    tx: str
+    publication: Publication
+
+
+class TxCommit(WireMessage, frozen=True, tag="tx_commit"):
+    """Commit ``tx``, which holds ``count`` publications (fewer at the broker: some were lost
+    with a connection, and the transaction is aborted). Answered by ``ok`` once every
+    publication is on disk, or by ``tx_ended`` if the transaction was aborted."""
+
+    tx: str
+    count: Count
+
+
+class TxAbort(WireMessage, frozen=True, tag="tx_abort"):
+    """Abort ``tx``. Answered by ``ok``."""
+
+    tx: str
+
+
+class TxEnded(WireMessage, frozen=True, tag="tx_ended"):
+    """To a client: its transaction ``tx`` is over, or could not begin; ``reason`` says why
+    (the broker aborted it: a timeout, a limit, a refused publication). ``limit``: a limit
+    refused it."""
+
+    tx: str
+    outcome: Outcome
+    reason: str = ""
+    limit: bool = False
+
+
 class Guaranteed(WireMessage, frozen=True, tag="guaranteed"):
     """A publication to be delivered exactly once, in order, to every matching durable
     subscription. The broker answers ``Ok(publication.id)`` once it is on disk."""
@@ -136,6 +251,8 @@ class Durable(WireMessage, frozen=True, tag="durable"):
 
     subscription: Subscription
     acked: Count = 0
+    visibility: Visibility = Visibility.ON_COMMIT
+    """Which transactional publications it sees."""
 
 
 class Ack(WireMessage, frozen=True, tag="ack"):
@@ -144,6 +261,88 @@ class Ack(WireMessage, frozen=True, tag="ack"):
 
     subscription: str
     seq: Count
+
+
+class Failed(WireMessage, frozen=True, tag="failed"):
+    """The handler of subscription ``subscription`` failed on ``publication`` ``attempts``
+    times, the last time with ``error``: the broker puts it into the subscription's exception
+    queue and answers ``Ok(ref)`` (a ``ref`` sent again is recognised). ``seq``: the delivery
+    number of a durable subscription, acknowledged in the same journal transaction. ``entry``:
+    an entry of the queue delivered again (``Retry``) that failed again: it is updated."""
+
+    ref: str
+    subscription: str
+    publication: Publication
+    error: str
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+    seq: Count = 0
+    entry: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+
+
+EntryId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+"""The id of an entry of an exception queue."""
+MAX_ENTRIES_NAMED: Final = 1000
+"""Entries one ``Exceptions`` request may name."""
+
+
+class ExceptionAction(StrEnum):
+    LIST = "list"
+    REPLAY = "replay"
+    PURGE = "purge"
+
+
+class Exceptions(WireMessage, frozen=True, tag="exceptions"):
+    """List, replay or purge the exception queue of subscription ``subscription`` of client
+    ``client`` at this broker (the sender's own when empty); ``entries``: only those (all when
+    empty); a list gives the entries after ``after``, ``limit`` at most. Answered with
+    ``ExceptionReport``."""
+
+    ref: str
+    subscription: str
+    action: ExceptionAction = ExceptionAction.LIST
+    entries: Annotated[tuple[EntryId, ...], msgspec.Meta(max_length=MAX_ENTRIES_NAMED)] = ()
+    client: str = ""
+    after: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+class ExceptionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One publication in an exception queue: the handler's last ``error``, how many
+    ``attempts`` it has had, when it last failed (``at``, Unix seconds), and whether it is
+    being delivered again (``replaying``)."""
+
+    id: EntryId
+    publication: Publication
+    error: str
+    attempts: Count
+    at: float
+    replaying: bool = False
+
+
+class ExceptionReport(WireMessage, frozen=True, tag="exception_report"):
+    """The answer to ``Exceptions``: the entries listed (``more``: there are more after the
+    last), the entries replayed or purged (``affected``), the queue's length and bytes, and
+    how many of its oldest entries were dropped because it was full."""
+
+    ref: str
+    subscription: str
+    entries: tuple[ExceptionEntry, ...] = ()
+    more: bool = False
+    affected: Count = 0
+    length: Count = 0
+    bytes: Count = 0
+    dropped: Count = 0
+
+
+class Retry(WireMessage, frozen=True, tag="retry"):
+    """To a client: entry ``entry`` of the exception queue of subscription ``subscription``,
+    delivered again through its handler. The client answers ``Failed`` with ``entry`` (it
+    failed again) or ``Exceptions`` purging it (it was handled)."""
+
+    subscription: str
+    entry: EntryId
+    publication: Publication
+    attempts: Count
 
 
 class CompositeNotify(WireMessage, frozen=True, tag="composite_notify"):
@@ -155,14 +354,16 @@ class CompositeNotify(WireMessage, frozen=True, tag="composite_notify"):
 
 
 class Query(WireMessage, frozen=True, tag="query"):
-    """Ask a broker for its routing tables: ``what`` is 'subscriptions' or 'advertisements'."""
+    """Ask a broker for its tables: ``what`` is 'subscriptions', 'advertisements' or
+    'schemas' (the schemas of typed classes it knows)."""
 
     what: str
 
     def __post_init__(self) -> None:
-        if self.what not in ("subscriptions", "advertisements"):
+        if self.what not in ("subscriptions", "advertisements", "schemas"):
             raise InvalidMessage(
-                f"query what must be 'subscriptions' or 'advertisements', not {self.what!r}"
+                "query what must be 'subscriptions', 'advertisements' or 'schemas', "
+                f"not {self.what!r}"
             )
 
 
@@ -185,13 +386,40 @@ class RouteAdvertise(WireMessage, frozen=True, tag="route_advertise"):
     replay: str = ""
     echo: str = ""
     """The token the receiver echoes back once the advertisement has settled beyond it."""
+    period: Span | None = None
+    """For a replay offer: the publication times it holds (any when None)."""
+
+
+class Span(msgspec.Struct, frozen=True):
+    """The publication times a replay offer holds: from ``first`` to ``last`` (Unix seconds,
+    both included)."""
+
+    first: float
+    last: float
+
+    SLACK: ClassVar[float] = 1e-3
+    """Seconds either side taken as inside: a float's rounding must not skip a publication."""
+
+    def __post_init__(self) -> None:
+        if not self.first <= self.last:
+            raise InvalidMessage(f"a period cannot end ({self.last}) before it starts")
+
+    def meets(self, window: TimeWindow | None) -> bool:
+        """Whether a publication of this period may fall in ``window``."""
+        if window is None:
+            return True
+        if window.end is not None and self.first - self.SLACK >= window.end.timestamp():
+            return False
+        return window.start is None or self.last + self.SLACK >= window.start.timestamp()
 
 
 class ReplayOffer(WireMessage, frozen=True, tag="replay_offer"):
-    """A client (a database) offers to replay stored publications matching ``advertisement``;
-    it is withdrawn with ``Unadvertise``."""
+    """A client (a database) offers to replay stored publications matching ``advertisement``,
+    and published within ``period`` if it is given (an archive's); it is withdrawn with
+    ``Unadvertise``."""
 
     advertisement: Advertisement
+    period: Span | None = None
 
 
 class ReplayRequest(WireMessage, frozen=True, tag="replay_request"):
@@ -199,12 +427,31 @@ class ReplayRequest(WireMessage, frozen=True, tag="replay_request"):
 
     ``subscription`` holds the request's overlay-wide id and its filter with the time window.
     The database answers once its clock reads ``ready_at`` (Unix seconds), so what was still
-    on its way when the subscription was made is stored first."""
+    on its way when the subscription was made is stored first.
+
+    ``not_before`` (Unix seconds) bounds how far back the requester may read, from its history
+    grants (``docs/security.md``): the database answers nothing published earlier, whatever
+    the window asks for."""
 
     subscription: Subscription
     tree: str
     database: str
     ready_at: float
+    not_before: float | None = None
+
+    def query(self) -> Filter | None:
+        """What the database answers: the subscription's filter, its window starting no earlier
+        than ``not_before``; None when nothing is left of it."""
+        flt = self.subscription.filter
+        if self.not_before is None:
+            return flt
+        bound = datetime.fromtimestamp(self.not_before, UTC)
+        window = flt.window or TimeWindow()
+        if window.start is not None and window.start >= bound:
+            return flt
+        if window.end is not None and window.end <= bound:
+            return None
+        return Filter(flt.predicates, TimeWindow(bound, window.end))
 
 
 class ReplayBatch(WireMessage, frozen=True, tag="replay_batch"):
@@ -279,6 +526,18 @@ class RoutePublish(WireMessage, frozen=True, tag="route_publish"):
     """For a guaranteed publication: its position in the journal of the tree's root broker."""
 
 
+class RouteTxPublish(WireMessage, frozen=True, tag="route_tx_publish"):
+    """A publication of transaction ``tx`` travelling down ``tree``: ``pending`` (to
+    ``immediate`` subscriptions only) while it is open, then again with its outcome; a
+    committed one is guaranteed (``position`` in the journal of the tree's root)."""
+
+    publication: Publication
+    tree: str
+    tx: str
+    outcome: Outcome
+    position: Count = 0
+
+
 class Recover(WireMessage, frozen=True, tag="recover"):
     """A durable subscription's broker asks the root of ``tree`` for the guaranteed
     publications matching ``subscription`` after journal position ``after``, accepted at
@@ -306,6 +565,8 @@ class Recovered(WireMessage, frozen=True, tag="recovered"):
     more: bool = False
     lost: bool = False
     error: str = ""
+    transactions: tuple[str, ...] = ()
+    """The transaction of each publication ("" for none), or empty when none has one."""
 
     def __post_init__(self) -> None:
         if len(self.positions) != len(self.publications):
@@ -313,6 +574,47 @@ class Recovered(WireMessage, frozen=True, tag="recovered"):
                 f"{len(self.publications)} publications need as many positions, "
                 f"not {len(self.positions)}"
             )
+        if self.transactions and len(self.transactions) != len(self.publications):
+            raise InvalidMessage(
+                f"{len(self.publications)} publications need as many transactions, "
+                f"not {len(self.transactions)}"
+            )
+
+
+class DeclareSchema(WireMessage, frozen=True, tag="declare_schema"):
+    """Declare the schema of class ``class_name`` (``"class"`` in JSON), or widen the one in
+    force; answered by ``ok`` once every reachable broker knows it (see ``padres.schema``)."""
+
+    id: str
+    class_name: str = msgspec.field(name="class")
+    attributes: Attributes
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "declaration id")
+        check_class(self.class_name)
+        parse_attributes(self.attributes)  # refuses reserved or invalid names
+
+
+class DropSchema(WireMessage, frozen=True, tag="drop_schema"):
+    """Drop the schema of class ``class_name`` (an administrator's right): the class is untyped
+    again at every broker; answered by ``ok`` once every reachable broker knows it."""
+
+    id: str
+    class_name: str = msgspec.field(name="class")
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "drop id")
+        check_class(self.class_name)
+
+
+class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
+    """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
+    version, or merges versions declared apart (see ``padres.broker.schemas``)."""
+
+    schema: Schema
+    echo: str = ""
+    """The token the receiver echoes back once every neighbour it passed the schema on to has
+    echoed."""
 
 
 Envelope: TypeAlias = (
@@ -322,6 +624,7 @@ Envelope: TypeAlias = (
     | Ok
     | Error
     | Notify
+    | TxNotify
     | CompositeNotify
     | Query
     | QueryResult
@@ -334,6 +637,10 @@ Envelope: TypeAlias = (
     | Guaranteed
     | Durable
     | Ack
+    | Failed
+    | Exceptions
+    | ExceptionReport
+    | Retry
     | Recover
     | Recovered
     | ReplayOffer
@@ -341,6 +648,16 @@ Envelope: TypeAlias = (
     | ReplayBatch
     | ReplayEnd
     | ReplayDone
+    | DeclareSchema
+    | DropSchema
+    | RouteSchema
+    | Subscribe
+    | TxBegin
+    | TxPublish
+    | TxCommit
+    | TxAbort
+    | TxEnded
+    | RouteTxPublish
 )
 
 

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Final
 
 from padres.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, evaluate
@@ -66,6 +67,10 @@ class _Numbers:
         return lower and upper and points
 
 
+_LEAST: Final = "\x01"
+"""The smallest character a string value may hold (NUL is refused: docs/language.md)."""
+
+
 @dataclass
 class _Strings:
     """The strings an attribute's predicates allow."""
@@ -93,8 +98,8 @@ class _Strings:
         The bounds and the prefixes make an interval of the string order, ``[low, high)``
         (``high`` None: no end). An interval that holds infinitely many strings holds, past
         ``low``, strings with any ending, so suffixes, substrings and the finitely many
-        excluded strings cannot empty it; a finite one (``high`` is ``low`` followed by NULs)
-        is checked string by string.
+        excluded strings cannot empty it; a finite one (``high`` is ``low`` followed by
+        ``_LEAST`` characters) is checked string by string.
         """
         if self.equal:
             return len(self.equal) == 1 and self.admits(next(iter(self.equal)))
@@ -105,9 +110,9 @@ class _Strings:
         high: str | None = None
         for op, x in self.bounds:
             if op in (Op.STR_GT, Op.STR_GE):
-                low = max(low, x + "\0" if op is Op.STR_GT else x)
+                low = max(low, x + _LEAST if op is Op.STR_GT else x)
             else:
-                end = x + "\0" if op is Op.STR_LE else x
+                end = x + _LEAST if op is Op.STR_LE else x
                 high = end if high is None else min(high, end)
         for prefix in self.prefixes:  # the strings starting with it: [prefix, _after(prefix))
             low = max(low, prefix)
@@ -116,8 +121,8 @@ class _Strings:
                 high = after if high is None else min(high, after)
         if high is not None and low >= high:
             return False
-        if high is not None and high.startswith(low) and not high[len(low) :].strip("\0"):
-            return any(self.admits(low + "\0" * k) for k in range(len(high) - len(low)))
+        if high is not None and high.startswith(low) and not high[len(low) :].strip(_LEAST):
+            return any(self.admits(low + _LEAST * k) for k in range(len(high) - len(low)))
         return True
 
     def implies(self, op: Op, x: str) -> bool:

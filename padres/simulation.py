@@ -14,6 +14,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from padres.accounts import Accounts, Credentials
 from padres.broker import Broker, Covering
 from padres.journal import Journal
 from padres.messages import Publication
@@ -80,13 +81,16 @@ class Simulation:
         conformity: bool = True,
         limits: CompositeLimits | None = None,
         clock: float = 0.0,
+        accounts: Accounts | None = None,
     ) -> None:
         """``clock``: the brokers' time at the start, in Unix seconds; it advances by one
-        millisecond per message delivered."""
+        millisecond per message delivered. ``accounts``: every broker's (``docs/security.md``);
+        brokers and clients then give credentials (``add_broker``, ``attach``)."""
         self.random = random.Random(seed)
         self.covering = covering
         self.conformity = conformity
         self.limits = limits
+        self.accounts = accounts
         self.brokers: dict[str, Broker] = {}
         self.clients: dict[str, SimClient] = {}
         self.seen: dict[str, list[Publication]] = {}
@@ -101,8 +105,9 @@ class Simulation:
 
     # -- building ----------------------------------------------------------------------------
 
-    def add_broker(self, broker_id: str) -> Broker:
-        """A broker; added again after ``crash``, it restarts from its journal."""
+    def add_broker(self, broker_id: str, credentials: Credentials | None = None) -> Broker:
+        """A broker; added again after ``crash``, it restarts from its journal.
+        ``credentials``: what it authenticates with to its neighbours."""
         run = self._runs[broker_id] = self._runs.get(broker_id, 0) + 1
         broker = Broker(
             broker_id,
@@ -111,6 +116,8 @@ class Simulation:
             limits=self.limits,
             epoch=str(run),
             journal=self.journals.setdefault(broker_id, Journal()),
+            accounts=self.accounts,
+            credentials=credentials,
         )
         self.brokers[broker_id] = broker
         self.seen.setdefault(broker_id, [])
@@ -150,9 +157,9 @@ class Simulation:
         self._emit(a, self.brokers[a].close(b))
         self._emit(b, self.brokers[b].close(a))
 
-    def attach(self, name: str, broker: str) -> SimClient:
+    def attach(self, name: str, broker: str, credentials: Credentials | None = None) -> SimClient:
         client = self.clients[name] = SimClient(name, broker)
-        self.send(client, Hello(name, Role.CLIENT))
+        self.send(client, (credentials or Credentials()).hello(name))
         return client
 
     def detach(self, client: SimClient) -> None:

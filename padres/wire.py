@@ -27,7 +27,7 @@ or a JSON array of them; ``Codec.decode_frame`` refuses a bad message of a frame
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, TypeVar
@@ -36,6 +36,8 @@ import msgspec
 
 from padres.errors import DecodeError, InvalidMessage
 from padres.messages import (
+    MAX_DEPTH,
+    MAX_PREDICATES,
     TIME,
     VERSION,
     AllOf,
@@ -48,12 +50,14 @@ from padres.messages import (
     Variable,
     VarType,
     WireMessage,
+    quote,
 )
 from padres.times import narrow, parse_time, window_predicates
 from rete.operators import Op
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "MAX_FRAME_MESSAGES",
     "MESSAGES",
     "VERSION",
     "Codec",
@@ -62,12 +66,15 @@ __all__ = [
     "encode",
     "encode_frame",
     "from_dict",
+    "loads",
     "to_dict",
 ]
 
 MAX_FRAME_BYTES: Final = 4 << 20
 """A frame (one message or a batch) may not be larger than this."""
-_MAX_DEPTH: Final = 32
+MAX_FRAME_MESSAGES: Final = 10_000
+"""A broker refuses a frame of more messages than this (by default); a client sends no more
+in one frame."""
 
 # -- filters and expressions: the hand-written part ----------------------------------------------
 
@@ -141,12 +148,12 @@ def _new_predicate(item: list[Any], path: str) -> Predicate:
     attribute, op_text, *rest = item
     op = _OPS.get(op_text) if type(op_text) is str else None
     if op is None:
-        raise DecodeError(f"unknown operator {op_text!r}", path=f"{path}[1]")
+        raise DecodeError(f"unknown operator {quote(op_text)}", path=f"{path}[1]")
     value = rest[0] if rest else None
     if type(value) is dict:
         extra = sorted(set(value) - {"var", "type"})
         if extra:
-            raise DecodeError(f"unknown field {extra[0]!r}", path=f"{path}[2]")
+            raise DecodeError(f"unknown field {quote(extra[0])}", path=f"{path}[2]")
         try:
             value = Variable(
                 _field(value, "var", str, f"{path}[2]"), VarType(value.get("type", ""))
@@ -171,6 +178,11 @@ def _decode_filter(items: Any, path: str) -> Filter:
             window = _decode_time_bound(window, item, now, f"{path}[{i}]")
         else:
             preds.append(_decode_predicate(item, f"{path}[{i}]"))
+            if len(preds) > MAX_PREDICATES:  # said before decoding the rest
+                raise DecodeError(
+                    f"a filter has {len(items):,} items; the limit is {MAX_PREDICATES} predicates",
+                    path=path,
+                )
     try:
         return Filter(tuple(preds), window)
     except InvalidMessage as exc:
@@ -193,8 +205,10 @@ _EXPECTED_EXPRESSION: Final = 'expected [predicates...], {"all": [...]} or {"any
 
 
 def _decode_expression(obj: Any, path: str, depth: int = 0) -> Expression:
-    if depth > _MAX_DEPTH:
-        raise DecodeError(f"composite nested deeper than {_MAX_DEPTH}", path=path)
+    if depth >= MAX_DEPTH:
+        raise DecodeError(
+            f"a composite subscription is nested deeper than {MAX_DEPTH} groups", path=path
+        )
     if type(obj) is list:
         return _decode_filter(obj, path)
     if type(obj) is not dict or len(obj) != 1:
@@ -246,14 +260,43 @@ _REASONS: Final[list[tuple[re.Pattern[str], str]]] = [
 ]
 
 
+_LONG_QUOTE: Final = re.compile(r"'[^']{40,}'")
+"""A long value quoted in msgspec's words: an error repeats it cut short (``quote``)."""
+
+
 def _message_types(types: Iterable[type]) -> str:
     return ", ".join(sorted(t.__struct_config__.tag for t in types))  # type: ignore[attr-defined]
+
+
+class _Reading:
+    """Input that is not JSON, not UTF-8 or nested too deep, as ``DecodeError``; a
+    ``msgspec.ValidationError`` (JSON of the wrong shape) goes on to the caller, which says
+    where."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None or isinstance(exc, msgspec.ValidationError):
+            return
+        if isinstance(exc, msgspec.DecodeError):
+            raise DecodeError(f"not valid JSON: {exc}") from None
+        if isinstance(exc, UnicodeDecodeError):
+            raise _not_utf8(exc) from None
+        if isinstance(exc, RecursionError):
+            raise _too_deep(exc) from None
+
+
+_READING: Final = _Reading()
 
 
 def _translate(exc: msgspec.ValidationError, types: tuple[type, ...]) -> DecodeError:
     """msgspec's error as a ``DecodeError`` in the project's words, with its field path."""
     text, at, where = str(exc).rpartition(" - at `")
     reason, path = (text, where.removesuffix("`")) if at else (str(exc), "$")
+    reason = _LONG_QUOTE.sub(lambda m: quote(m.group()[1:-1]), reason)
     cause = exc.__cause__
     if isinstance(cause, DecodeError):  # from a filter or an expression: its path goes on
         return DecodeError(cause.reason, path=path + cause.path[1:])
@@ -298,22 +341,78 @@ class Rejected:
     ref: str = ""
 
 
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+"""A message's fields, undecoded: finding its id costs no more than reading it."""
+
+
 def _ref(raw: msgspec.Raw | bytes | str) -> str:
     try:
-        item = msgspec.json.decode(raw)
-    except msgspec.DecodeError:  # a number out of range, say
-        return ""
-    if type(item) is dict:
-        for key in ("id", "subscription_id", "advertisement_id"):
-            if type(item.get(key)) is str:
-                return item[key]  # type: ignore[no-any-return]
+        fields = _FIELDS.decode(raw)
+        for key in ("id", "subscription_id", "advertisement_id", "ref"):
+            if key in fields:
+                value = msgspec.json.decode(fields[key])
+                if type(value) is str and len(value) <= _MAX_REF:
+                    return value
+    except (msgspec.DecodeError, ValueError, RecursionError):  # not an object, not UTF-8, ...
+        pass
     return ""
 
 
+_MAX_REF: Final = 256
+"""The longest id a refusal names (an id is at most that long)."""
+_TINY_EXPONENT: Final = re.compile(r"\d[eE]-\d{3}")
+"""A hint that a frame may hold a number too small for a float (``1e-400``)."""
+_ZEROS: Final = "." + "0" * 300
+"""The other hint: a number written with 300 zeros after its point (``0.000...01``)."""
+_TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
+"""A JSON string, or a number (group 1)."""
+
+
 def _check_size(data: bytes | str, max_bytes: int, what: str) -> None:
-    size = len(data.encode() if isinstance(data, str) else data)
+    try:
+        size = len(data.encode() if isinstance(data, str) else data)
+    except UnicodeEncodeError:
+        raise DecodeError(f"{what} is not valid Unicode (a lone surrogate)") from None
     if size > max_bytes:
         raise DecodeError(f"{what} of {size} bytes exceeds the limit of {max_bytes} bytes")
+
+
+def _check_numbers(data: bytes | str) -> None:
+    """Refuse a number that is not zero but reads as 0.0 (``1e-400``): msgspec would take it
+    for zero. Numbers too large are refused by msgspec itself."""
+    text = data if isinstance(data, str) else data.decode("latin-1")
+    if _ZEROS not in text and not any(
+        _TINY_EXPONENT.match(text, i - 1)
+        for marker in ("e-", "E-")
+        for i in _positions(text, marker)
+    ):
+        return
+    raw = data.encode() if isinstance(data, str) else data
+    for match in _TOKENS.finditer(raw):
+        number = match.group(1)
+        if number is None:
+            continue
+        mantissa = number.partition(b"e")[0].partition(b"E")[0]
+        if float(number) == 0.0 and mantissa.strip(b"-0.") != b"":
+            raise DecodeError(
+                f"number {quote(number.decode())} is too small for a 64-bit float "
+                "(it would read as 0)"
+            )
+
+
+def _positions(text: str, marker: str) -> Iterator[int]:
+    i = text.find(marker)
+    while i != -1:
+        yield i
+        i = text.find(marker, i + 1)
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> DecodeError:
+    return DecodeError(f"not UTF-8 text ({exc.reason})")
+
+
+def _too_deep(exc: RecursionError) -> DecodeError:
+    return DecodeError(f"JSON nested too deep ({exc})")
 
 
 class Codec(Generic[T]):
@@ -328,12 +427,12 @@ class Codec(Generic[T]):
     def decode(self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES) -> T:
         """One message; anything wrong with it raises ``DecodeError``."""
         _check_size(data, max_bytes, "message")
+        _check_numbers(data)
         try:
-            return self._one.decode(data)  # type: ignore[no-any-return]
+            with _READING:
+                return self._one.decode(data)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             raise _translate(exc, self._types) from None
-        except msgspec.DecodeError as exc:
-            raise DecodeError(f"not valid JSON: {exc}") from None
 
     def decode_frame(
         self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES
@@ -341,23 +440,36 @@ class Codec(Generic[T]):
         """The messages of a frame, in order; one that does not decode is ``Rejected`` in its
         place. A frame that is too large or not JSON at all raises ``DecodeError``."""
         _check_size(data, max_bytes, "frame")
+        _check_numbers(data)
         try:
-            out = self._frame.decode(data)
+            with _READING:
+                out = self._frame.decode(data)
             return out if type(out) is list else [out]
-        except msgspec.ValidationError:
-            pass  # some message is bad: decode each on its own, below
-        except msgspec.DecodeError as exc:
-            raise DecodeError(f"not valid JSON: {exc}") from None
+        except msgspec.ValidationError as exc:
+            if data.lstrip()[:1] in (b"{", "{"):  # one message: it is the bad one
+                return [Rejected(_translate(exc, self._types), _ref(data))]
+            # some message of a batch is bad: decode each on its own, below
         is_batch = data.lstrip()[:1] in (b"[", "[")
-        raws: list[msgspec.Raw] | list[bytes | str] = (
-            _RAW_ITEMS.decode(data) if is_batch else [data]
-        )
+        try:
+            raws: list[msgspec.Raw] | list[bytes | str] = (
+                _RAW_ITEMS.decode(data) if is_batch else [data]
+            )
+        except msgspec.DecodeError as exc:  # found malformed past the first bad message
+            raise DecodeError(f"not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
+        except RecursionError as exc:
+            raise _too_deep(exc) from None
         results: list[T | Rejected] = []
         for raw in raws:
             try:
                 results.append(self._one.decode(raw))
             except msgspec.ValidationError as exc:
                 results.append(Rejected(_translate(exc, self._types), _ref(raw)))
+            except UnicodeDecodeError as exc:
+                results.append(Rejected(_not_utf8(exc)))
+            except RecursionError as exc:
+                results.append(Rejected(_too_deep(exc)))
         return results
 
     def from_dict(self, obj: Any) -> T:
@@ -385,6 +497,21 @@ def encode_frame(messages: Iterable[WireMessage]) -> bytes:
 def decode(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> Message:
     """Decode one JSON message; oversized or malformed input raises ``DecodeError``."""
     return MESSAGES.decode(data, max_bytes)
+
+
+_ANY: Final = msgspec.json.Decoder()
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON as Python values, its numbers exact: an integer of any size stays an integer (the
+    language then refuses one beyond 64 bits, never rounding it to a float), and a number too
+    large or too small for a float is refused. Anything wrong raises ``DecodeError``."""
+    _check_numbers(data)
+    try:
+        with _READING:
+            return _ANY.decode(data)
+    except msgspec.ValidationError as exc:  # a number too large for a float
+        raise DecodeError(_translate(exc, ()).reason) from None
 
 
 def to_dict(message: WireMessage) -> dict[str, Any]:

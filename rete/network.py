@@ -153,6 +153,11 @@ class Network:
         if not self._composite:
             self._expiry.heap.clear()
 
+    def peek(self, fact: Fact) -> Result:
+        """The atomic conditions ``fact`` satisfies, without matching it: composite conditions
+        neither see nor keep it."""
+        return Result(self._alpha.match(fact.attributes)[0])
+
     def match(self, fact: Fact) -> Result:
         """Match the next fact: the conditions it satisfies and the composites it completes."""
         self._seq += 1

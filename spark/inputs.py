@@ -10,9 +10,11 @@ Three formats:
   publisher and timestamp are their own.
 - a database node's store: what ``spark.export`` writes, which is ``json``.
 
-``parse_text`` runs on Spark's executors, over each input file whole; it yields a ``Parsed`` or
-a ``Bad`` record per line, never raises, so one job finds every bad line and the driver reports
-the first ones.
+Inputs are read in *pieces* of about ``PIECE_BYTES``, each a run of whole lines (``pieces``,
+on the driver, which counts the lines before each piece so that ids stay the file's name and
+line number), so no task holds more than a piece of a large file. ``parse_piece`` runs on
+Spark's executors; it yields a ``Parsed`` or a ``Bad`` record per line, never raises, so one job
+finds every bad line and the driver reports the first ones.
 """
 
 from __future__ import annotations
@@ -34,15 +36,21 @@ from rete.operators import Value
 from spark.errors import InputError
 
 __all__ = [
+    "PIECE_BYTES",
     "Bad",
     "Format",
     "Parsed",
     "Period",
+    "Piece",
     "Reading",
     "expand",
     "parse_line",
-    "parse_text",
+    "parse_piece",
+    "pieces",
 ]
+
+PIECE_BYTES: Final = 16 << 20
+"""About how many bytes of an input one task reads and parses at a time."""
 
 _NO_TIME: Final = datetime.min.replace(tzinfo=UTC)
 _BAD_ID: Final = re.compile(r"[^A-Za-z0-9_.:/\-]")
@@ -178,9 +186,42 @@ def parse_line(reading: Reading, name: str, line: str, index: int) -> Parsed | B
     return Parsed(pub.class_name, reading.period.of(at), at, pub.id, pub.publisher, values)
 
 
-def parse_text(reading: Reading, name: str, text: str) -> Iterator[Parsed | Bad]:
-    """Every line of one input file's ``text``, parsed."""
-    for index, line in enumerate(text.split("\n")):
+class Piece(NamedTuple):
+    """Bytes ``start`` to ``end`` of input ``path``: whole lines, the first of them the file's
+    line ``first`` (from 0)."""
+
+    path: str
+    start: int
+    end: int
+    first: int
+
+
+def pieces(path: Path, size: int = PIECE_BYTES) -> Iterator[Piece]:
+    """``path`` cut into pieces of about ``size`` bytes, each ending at the end of a line."""
+    start = line = 0
+    with path.open("rb") as f:
+        while True:
+            data = f.read(size)
+            if not data:
+                return
+            data += f.readline()  # to the end of the line the read stopped in
+            yield Piece(str(path), start, start + len(data), line)
+            line += data.count(b"\n")
+            start += len(data)
+
+
+def parse_piece(reading: Reading, piece: Piece) -> Iterator[Parsed | Bad]:
+    """Every line of ``piece``, parsed (a line that is not UTF-8 is a bad one)."""
+    name = Path(piece.path).name
+    with open(piece.path, "rb") as f:
+        f.seek(piece.start)
+        data = f.read(piece.end - piece.start)
+    for index, raw in enumerate(data.split(b"\n"), start=piece.first):
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError as exc:
+            yield Bad(f"{name} line {index + 1}", f"not UTF-8: {exc.reason} at byte {exc.start}")
+            continue
         parsed = parse_line(reading, name, line.removesuffix("\r"), index)
         if parsed is not None:
             yield parsed

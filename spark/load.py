@@ -1,14 +1,15 @@
 """The load job: inputs -> Parquet files partitioned by class and period, sorted by time within
 each file, one typed column per attribute; then the catalog.
 
-Spark reads each input file whole and parses it on the executors with the project's own
-parser (``spark.inputs``), once, handing the rows back to the JVM as Arrow batches (attribute
-values in one map per type) that it keeps cached. Spark SQL over those finds the bad lines and
-each class's columns and periods, then writes each class with its typed columns. The job writes to
-``<archive>/_staging/<load>/`` first. Only when every class is written are the files moved into
-place (``<archive>/class=<class>/period=<period>/<load>-<n>.parquet``), their footers read,
-and the catalog told of them in one transaction. A missing input, a bad line or a failed job
-leaves the archive and the catalog as they were.
+Spark reads the inputs in pieces of whole lines and parses them on the executors with the
+project's own parser (``spark.inputs``), once, handing the rows back to the JVM as Arrow
+batches (attribute values in one map per type) that it keeps cached. Spark SQL over those
+finds the bad lines and each class's columns and periods, then writes each class with its typed
+columns. The job writes to ``<archive>/_staging/<load>/`` first. Only when every class is
+written are the files moved into place
+(``<archive>/class=<class>/period=<period>/<load>-<n>.parquet``), their footers read, and the
+catalog told of them in one transaction. A missing input, a bad line or a failed job leaves the
+archive and the catalog as they were.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pyarrow as pa
 from spark.catalog import Catalog, default_url
 from spark.columns import ID, PUBLISHER, SUFFIXES, TIME, attribute_of, type_of
 from spark.errors import ArchiveError, InputError
-from spark.inputs import Bad, Reading, expand, parse_text
+from spark.inputs import PIECE_BYTES, Bad, Piece, Reading, expand, parse_piece, pieces
 from spark.session import DEFAULT_MASTER, session
 from spark.stats import FileStats, read_stats
 
@@ -57,6 +58,7 @@ _ROWS: Final = pa.schema(
         (BAD, pa.string()),
     ]
 )
+_PIECES_DDL: Final = "path string, start long, end long, first long"
 _ROWS_DDL: Final = (
     f"{ID} string, {PUBLISHER} string, {TIME} timestamp, {CLASS} string, {PERIOD} string, "
     "ints map<string,bigint>, floats map<string,double>, strings map<string,string>, "
@@ -83,18 +85,16 @@ class _Class:
 
 
 def _parse(reading: Reading, batches: Iterator[Any]) -> Iterator[Any]:
-    """On the executors: each input file's lines as rows of ``_ROWS``, a bad line as a row with
-    only ``BAD`` set (and empty maps)."""
+    """On the executors: each input piece's lines as rows of ``_ROWS``, a bad line as a row
+    with only ``BAD`` set (and empty maps)."""
     for batch in batches:
         header: list[list[Any]] = [[] for _ in range(5)]
         bad: list[str | None] = []
         offsets: dict[type, list[int]] = {t: [0] for t in _MAPS}
         keys: dict[type, list[str]] = {t: [] for t in _MAPS}
         items: dict[type, list[Any]] = {t: [] for t in _MAPS}
-        for text, name in zip(
-            batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True
-        ):
-            for r in parse_text(reading, name, text):
+        for row in batch.to_pylist():
+            for r in parse_piece(reading, Piece(**row)):
                 if isinstance(r, Bad):
                     for column in header:
                         column.append(None)
@@ -147,8 +147,10 @@ def load(
     catalog_url: str | None = None,
     master: str = DEFAULT_MASTER,
     progress: Callable[[str], None] = lambda _: None,
+    piece_bytes: int = PIECE_BYTES,
 ) -> LoadReport:
-    """Load ``inputs`` into ``archive`` (see the module docstring)."""
+    """Load ``inputs`` into ``archive`` (see the module docstring); a task reads about
+    ``piece_bytes`` of them at a time."""
     started = time.perf_counter()
     paths = expand(inputs, reading)
     archive = archive.resolve()
@@ -162,10 +164,9 @@ def load(
         progress(
             f"load {report.load}: reading {len(paths)} input file(s) on {spark.sparkContext.master}"
         )
-        texts = spark.read.text([str(p) for p in paths], wholetext=True).select(
-            "value", "_metadata.file_name"
-        )
-        rows = texts.mapInArrow(partial(_parse, reading), _ROWS_DDL).persist()
+        cut = [piece for path in paths for piece in pieces(path, piece_bytes)]
+        inputs_df = spark.createDataFrame(cut, _PIECES_DDL).repartition(max(1, len(cut)))
+        rows = inputs_df.mapInArrow(partial(_parse, reading), _ROWS_DDL).persist()
         cached.append(rows)
         bad = [r[0] for r in rows.where(rows[BAD].isNotNull()).select(BAD).take(MAX_ERRORS)]
         if bad:

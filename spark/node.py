@@ -1,8 +1,11 @@
 """An archive node: a client of a broker that offers an archive for replay, as a database node
 offers its store, and answers the historic queries routed to it from the archive's files.
 
-It offers one ``[class,eq,'<class>']`` per class the catalog holds, so a historic or hybrid
-subscription reaches it by content, wherever it is in the overlay. A query is planned from the
+It offers one ``[class,eq,'<class>']`` per class the catalog holds, with the time range the
+archive holds of it, so a historic or hybrid subscription reaches it by content and time,
+wherever it is in the overlay; ``watch`` offers again what a later load added (a new class, or
+a class's wider range: the new offer is made before the old one is withdrawn, so no query in
+between misses the archive). A query is planned from the
 catalog (only files whose statistics overlap the filter and its window are read), answered
 exactly, and streamed back in time order in batches, then ``ReplayEnd``. The subscriber's broker
 merges the answer with those of the live databases, each publication once.
@@ -14,16 +17,20 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from typing import Any
+from typing import Any, Final
 
 from padres.client import Client
 from padres.errors import ConnectionLost, PadresError
 from padres.messages import Filter, Predicate
-from padres.protocol import ReplayBatch, ReplayEnd, ReplayRequest
+from padres.protocol import ReplayBatch, ReplayEnd, ReplayRequest, Span
 from rete.operators import Op
 from spark.archive import Archive
+from spark.catalog import ClassRange
 
-__all__ = ["ArchiveNode"]
+__all__ = ["WATCH_EVERY", "ArchiveNode"]
+
+WATCH_EVERY: Final = 10.0
+"""Seconds between two looks at the catalog for what a load added."""
 
 log = logging.getLogger("padres.archive")
 
@@ -36,22 +43,26 @@ class ArchiveNode:
         self.client = client
         self.archive = archive
         self.batch = batch
-        self.offers: dict[str, str] = {}
-        """Class -> the id of its replay offer."""
+        self.offers: dict[str, tuple[str, Span]] = {}
+        """Class -> the id of its replay offer and the period offered."""
         self.replayed = 0
         self.files_read = 0
         self._tasks: set[asyncio.Task[None]] = set()
         client.on_replay = self._on_replay
 
     async def start(self) -> None:
-        """Offer every class of the archive (called again, offers the classes loaded since)."""
+        """Offer every class of the archive (called again, offers what was loaded since)."""
         for held in await asyncio.to_thread(self.archive.classes):
-            if held.class_name in self.offers:
+            period = Span(held.start.timestamp(), held.end.timestamp())
+            old = self.offers.get(held.class_name)
+            if old is not None and old[1] == period:
                 continue
-            ident = "archive-" + hashlib.sha256(held.class_name.encode()).hexdigest()[:16]
+            ident = _offer_id(held, period)
             offer = Filter((Predicate("class", Op.EQ, held.class_name),))
-            await self.client.offer_replay(offer, id=ident)
-            self.offers[held.class_name] = ident
+            await self.client.offer_replay(offer, id=ident, period=period)
+            self.offers[held.class_name] = ident, period
+            if old is not None:
+                await self.client.unadvertise(old[0])
             log.info(
                 "%s: offers %s, %s to %s, %d publications in %d files",
                 self.id,
@@ -61,6 +72,15 @@ class ArchiveNode:
                 held.rows,
                 held.files,
             )
+
+    async def watch(self, every: float = WATCH_EVERY) -> None:
+        """Offer what later loads add, looking at the catalog every ``every`` seconds."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.start()
+            except PadresError as exc:
+                log.warning("%s: could not offer what was loaded: %s", self.id, exc)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -75,11 +95,13 @@ class ArchiveNode:
 
     async def _replay(self, request: ReplayRequest) -> None:
         rid, db = request.subscription.id, request.database
-        flt = request.subscription.filter
+        flt = request.query()  # the window cut where the requester's history grant ends
         loop = asyncio.get_running_loop()
 
         def run() -> int:
             sent = 0
+            if flt is None:
+                return sent
             plan = self.archive.plan(flt)
             self.files_read += len(plan.read)
             for chunk in self.archive.stream(flt, self.batch, plan):
@@ -100,3 +122,9 @@ class ArchiveNode:
             log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)
             return
         self.replayed += end.count
+
+
+def _offer_id(held: ClassRange, period: Span) -> str:
+    """The same class and period give the same id: an offer made again after a restart."""
+    key = f"{held.class_name}|{period.first!r}|{period.last!r}"
+    return "archive-" + hashlib.sha256(key.encode()).hexdigest()[:16]

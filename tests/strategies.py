@@ -32,7 +32,7 @@ def scaled(examples: int) -> int:
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,8}", fullmatch=True).filter(
     lambda n: n != "class"
 )
-strings = st.text(max_size=10)
+strings = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=10)
 ints = st.integers(-(2**63), 2**63 - 1)
 floats = st.floats(allow_nan=False, allow_infinity=False)
 values: st.SearchStrategy[Value] = st.one_of(strings, ints, floats, st.booleans())

@@ -11,6 +11,7 @@ import contextlib
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from rete.operators import Value
 from spark.archive import Archive
 from spark.errors import InputError, JavaMissing
 from spark.expression import expression
-from spark.inputs import Format, Period, Reading
+from spark.inputs import Bad, Format, Parsed, Period, Reading, parse_piece, pieces
 from spark.load import load
 from spark.query import spark_query
 from spark.session import java
@@ -203,6 +204,30 @@ def test_a_missing_or_bad_input_leaves_the_archive_as_it_was(
     assert (_files_on_disk(archive.root), archive.files()) == before
 
 
+def test_inputs_are_read_in_pieces_of_whole_lines_numbered_as_in_the_file(tmp_path: Path) -> None:
+    """However small the pieces, each line is read once, numbered by its place in the file,
+    and a line that is not UTF-8 is named by its number."""
+    lines = [f"[class,'T'],[n,{i}],[time,'2026-01-0{1 + i % 9}']" for i in range(40)]
+    path = tmp_path / "t.txt"
+    path.write_bytes("\r\n".join(lines).encode() + b"\n\n# done\n\xff\xfe\n[class,'T'],[n,99]")
+    reading = Reading()
+    for size in (1, 7, 100, 1 << 20):
+        cut = list(pieces(path, size))
+        assert cut[0].start == 0 and cut[-1].end == path.stat().st_size
+        assert all(a.end == b.start for a, b in pairwise(cut))
+        parsed = [r for piece in cut for r in parse_piece(reading, piece)]
+        good = [r for r in parsed if isinstance(r, Parsed)]
+        assert [r.id for r in good] == [f"t.txt-{i + 1}" for i in range(40)], size
+        assert [dict(r.values)["n"] for r in good] == list(range(40))
+        assert [r for r in parsed if isinstance(r, Bad)] == [
+            Bad("t.txt line 43", "not UTF-8: invalid start byte at byte 0"),
+            Bad(
+                "t.txt line 44",
+                "no publication time: give the line a [time,'...'] or name an attribute",
+            ),
+        ]
+
+
 def test_the_stock_quotes_answer_as_the_reference_matcher_finds(tmp_path: Path) -> None:
     reading = Reading(time_attribute="date", time_format="%d-%b-%y")
     report = load([str(SAMPLE)], tmp_path / "quotes", reading)
@@ -320,6 +345,67 @@ def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
     assert past == [f"o{i}" for i in range(0, 20, 2)]
     assert live == ["o20"]
     assert len(done.databases) == 2 and not done.failed
+
+
+READ = Reading(Format.JSON)
+
+
+async def _asked(broker: str, root: Path, loads: list[list[Publication]]) -> list[list[str]]:
+    """For each load in turn (the first before the node starts): who answered historic
+    subscriptions to 2025 and to 2026, of classes Order and Refund."""
+    from padres.client import Client
+    from spark.node import ArchiveNode
+
+    root.mkdir()
+    archive = Archive(root)
+    archive_client = await Client(broker, "A1").connect()
+    node = ArchiveNode("A1", archive_client, archive)
+    manager = await Client(broker, "manager").connect()
+    answered: list[list[str]] = []
+    try:
+        for n, pubs in enumerate(loads):
+            await asyncio.to_thread(load, [_write(root.parent / f"{n}.jsonl", pubs)], root, READ)
+            await node.start()  # what the node's watch does every few seconds
+            found = []
+            for kind, year in [(k, y) for k in ("Order", "Refund") for y in (2025, 2026)]:
+                window = f"[time,>=,'{year}-01-01'],[time,<,'{year + 1}-01-01']"
+                sub = await manager.subscribe(f"[class,eq,'{kind}'],{window}")
+                done = await sub.replayed(timeout=60)
+                found.append(f"{kind} {year}: {','.join(done.databases)} {done.count}")
+            answered.append(found)
+        return answered
+    finally:
+        for client in (manager, archive_client):
+            await client.close()
+        await node.stop()
+        archive.close()
+
+
+def test_an_archive_is_asked_only_for_the_times_and_classes_it_holds(
+    brokers: dict[str, Any], tmp_path: Path
+) -> None:
+    """Each class is offered with the time range the archive holds of it; what a later load
+    adds (a class, a wider range) is offered again."""
+    from padres.runtime.processes import BrokerProcess
+
+    def orders(kind: str, at: datetime, count: int) -> list[Publication]:
+        return [
+            Publication(f"{kind}{at.year}.{i}", {"class": kind, "n": i}, at, "shop")
+            for i in range(count)
+        ]
+
+    loads = [
+        orders("Order", datetime(2026, 3, 1, tzinfo=UTC), 3),
+        orders("Refund", datetime(2026, 4, 1, tzinfo=UTC), 2),
+        orders("Order", datetime(2025, 6, 1, tzinfo=UTC), 4),
+    ]
+    brokers["B1"] = BrokerProcess("B1")
+    answered = asyncio.run(_asked(brokers["B1"].start(), tmp_path / "archive", loads))
+    assert answered == [
+        ["Order 2025:  0", "Order 2026: A1@B1 3", "Refund 2025:  0", "Refund 2026:  0"],
+        ["Order 2025:  0", "Order 2026: A1@B1 3", "Refund 2025:  0", "Refund 2026: A1@B1 2"],
+        ["Order 2025: A1@B1 4", "Order 2026: A1@B1 3", "Refund 2025:  0", "Refund 2026: A1@B1 2"],
+    ]
 
 
 def test_the_jobs_run_on_a_standalone_cluster(tmp_path: Path) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from padres.cli import main
+from padres.cli import build_parser, main
 from padres.datasets import SAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,3 +168,24 @@ def test_every_engine_prints_the_same(tmp_path: Path, capsys: pytest.CaptureFixt
         outputs[engine] = out
     assert outputs["rete"] == outputs["naive"] == outputs["experta"]
     assert "s6[" in outputs["rete"] and "s7[" in outputs["rete"]
+
+
+def test_every_command_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` works for every command and subcommand (argparse formats help strings with
+    ``%``: a stray one breaks it)."""
+
+    def commands(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from commands(sub, [*path, name])
+
+    seen = 0
+    for path in commands(build_parser(), []):
+        with pytest.raises(SystemExit) as done:
+            main([*path, "--help"])
+        assert done.value.code == 0, path
+        assert "usage: padres" in capsys.readouterr().out, path
+        seen += 1
+    assert seen > 20

@@ -11,7 +11,7 @@ import pytest
 from padres.runtime.processes import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ["README.md", "docs/rete.md", "docs/historic.md"]
+DOCUMENTS = ["README.md", "docs/rete.md", "docs/historic.md", "docs/transactions.md"]
 
 
 def _examples() -> list[tuple[str, str]]:

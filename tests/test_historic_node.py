@@ -17,8 +17,8 @@ from msgspec.structs import force_setattr
 from historic import Store
 from historic.node import Writer
 from padres.client import Client, Delivery
-from padres.messages import Filter, Predicate, Publication
-from padres.protocol import Notify
+from padres.messages import Filter, Predicate, Publication, Subscription, TimeWindow
+from padres.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
 from padres.runtime.processes import BrokerProcess
 from rete.operators import Op
 
@@ -199,4 +199,46 @@ def test_the_writer_retries_a_locked_database_and_acknowledges_only_what_is_writ
     asyncio.run(run())
     lock.close()
     assert len(store.query(T)) == 10
+    store.close()
+
+
+class _Answers:
+    """Stands for a database node's client: keeps what the node answers."""
+
+    def __init__(self) -> None:
+        self.on_replay: object = None
+        self.answers: list[ReplayBatch | ReplayEnd] = []
+
+    async def answer(self, messages: list[ReplayBatch | ReplayEnd]) -> None:
+        self.answers += messages
+
+
+def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path) -> None:
+    """The requester's broker puts its history grant's bound in the request (``not_before``);
+    the database applies it whatever the window asks for."""
+    from historic.node import DatabaseNode
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    days = [datetime(2026, 1, d, tzinfo=UTC) for d in range(1, 11)]
+    store.add([Publication(f"o{d.day}", {"class": "Order", "n": d.day}, d, "shop") for d in days])
+    client = _Answers()
+    node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
+
+    def answered(window: TimeWindow | None, not_before: datetime | None) -> list[str]:
+        flt = Filter((Predicate("class", Op.EQ, "Order"),), window)
+        bound = None if not_before is None else not_before.timestamp()
+        request = ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0, bound)
+        client.answers.clear()
+        asyncio.run(node._replay(request))
+        end = client.answers[-1]
+        assert isinstance(end, ReplayEnd) and not end.error
+        ids = [p.id for b in client.answers if isinstance(b, ReplayBatch) for p in b.publications]
+        assert end.count == len(ids)
+        return ids
+
+    everything = TimeWindow(None, datetime(2027, 1, 1, tzinfo=UTC))
+    assert answered(everything, None) == [f"o{d}" for d in range(1, 11)]
+    assert answered(everything, days[6]) == ["o7", "o8", "o9", "o10"]
+    assert answered(TimeWindow(days[8], None), days[6]) == ["o9", "o10"]
+    assert answered(TimeWindow(days[0], days[5]), days[6]) == []
     store.close()

@@ -21,14 +21,12 @@ from historic import Store
 from historic.store import Written
 from padres.errors import StoreError, StoreUnavailable
 from padres.matching import matches
-from padres.messages import Filter, Predicate, Publication
+from padres.messages import Attributes, Filter, Predicate, Publication
 from padres.wire import to_dict
 from rete.operators import Op, OperandKind, Value, operand_kind
+from tests.postgres import database_url, drop_schema
 from tests.strategies import scaled
 
-POSTGRES = os.environ.get(
-    "PADRES_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 START = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
 _BIG = 2**53
@@ -75,43 +73,18 @@ def _pool() -> list[Publication]:
 POOL = _pool()
 
 
-def _drop_schema(schema: str) -> None:
-    engine = sqlalchemy.create_engine(POSTGRES)
-    with engine.begin() as conn:
-        conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-    engine.dispose()
-
-
-def _postgres_url(schema: str) -> str | None:
-    try:
-        engine = sqlalchemy.create_engine(POSTGRES)
-        with engine.begin() as conn:
-            conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            conn.execute(sqlalchemy.text(f"CREATE SCHEMA {schema}"))
-        engine.dispose()
-    except sqlalchemy.exc.OperationalError:
-        return None
-    return f"{POSTGRES}?options=-csearch_path%3D{schema}"
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Store]:
     schema = f"padres_test_{os.getpid()}"
-    if request.param == "sqlite":
-        url: str | None = f"sqlite:///{tmp_path_factory.mktemp('db') / 'history.sqlite'}"
-    else:
-        url = _postgres_url(schema)
-        if url is None:
-            pytest.skip(f"no PostgreSQL server reachable at {POSTGRES} (set PADRES_TEST_POSTGRES)")
-    assert url is not None
+    url = database_url(request.param, schema, tmp_path_factory.mktemp("db") / "history.sqlite")
     s = Store(url)
     assert s.add(POOL) == len(POOL)
     yield s
     s.close()
     if request.param == "postgresql":
-        _drop_schema(schema)
+        drop_schema(schema)
 
 
 def _operand(op: Op) -> st.SearchStrategy[Value | None]:
@@ -186,17 +159,12 @@ def test_an_unusable_url_is_a_clear_error(tmp_path: pytest.TempPathFactory) -> N
 def empty(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A new, empty store of each kind."""
     schema = f"padres_empty_{os.getpid()}"
-    url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
-    if request.param == "postgresql":
-        found = _postgres_url(schema)
-        if found is None:
-            pytest.skip(f"no PostgreSQL server reachable at {POSTGRES} (set PADRES_TEST_POSTGRES)")
-        url = found
+    url = database_url(request.param, schema, tmp_path / "empty.sqlite")
     s = Store(url)
     yield s
     s.close()
     if request.param == "postgresql":
-        _drop_schema(schema)
+        drop_schema(schema)
 
 
 def _unchecked(ident: str, stamp: str) -> Publication:
@@ -207,15 +175,23 @@ def _unchecked(ident: str, stamp: str) -> Publication:
     return pub
 
 
+def _unchecked_text(ident: str, text: str) -> Publication:
+    """A publication with a string the language refuses (a lone surrogate, a NUL), made
+    around the check in the same way."""
+    pub = Publication(ident, {"class": "T"}, START, "pub")
+    force_setattr(pub, "attributes", Attributes({"class": "T", "s": text}))
+    return pub
+
+
 def test_a_refused_publication_is_set_aside_and_the_rest_stored(empty: Store) -> None:
     good = [Publication(f"g{i}", {"class": "T", "n": i}, START, "pub") for i in range(20)]
     bad = [
         _unchecked("early", "0001-01-01T00:00:00+01:00"),
         _unchecked("late", "9999-12-31T23:59:59-01:00"),
-        Publication("surrogate", {"class": "T", "s": "a\ud800b"}, START, "pub"),  # no UTF-8
+        _unchecked_text("surrogate", "a\ud800b"),  # no UTF-8
     ]
     if empty.dialect == "postgresql":
-        bad.append(Publication("nul", {"class": "T", "s": "a\x00b"}, START, "pub"))
+        bad.append(_unchecked_text("nul", "a\x00b"))
     batch = [*good[:7], bad[0], *good[7:15], *bad[1:], *good[15:]]
     with pytest.raises(StoreError):
         empty.add(batch)  # one transaction: nothing stored

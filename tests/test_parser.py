@@ -156,7 +156,7 @@ def test_message_kind() -> None:
         ('[class,eq,"abc"]', 11, "quoted with '"),
         ("[class,eq,'A'],[x,<]", 20, "expected ',' and a value after operator <"),
         ("[class,eq,'A'],[x,<,99999999999999999999]", 21, "does not fit in 64 bits"),
-        ("[class,eq,'A'],[x,<,1e400]", 21, "not a finite number"),
+        ("[class,eq,'A'],[x,<,1e400]", 21, "out of the range of a 64-bit float"),
         ("[class,eq,'A'],[x,eq,'a\\q']", 25, "unknown escape"),
         ("[class,eq,'A'],[9x,eq,'a']", 17, "expected an attribute name"),
         ("[class,eq,'A'],[x,eq,'a'", 25, "expected ']'"),

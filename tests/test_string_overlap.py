@@ -1,9 +1,11 @@
 """The overlap of string predicates, checked against a brute-force oracle.
 
 The oracle looks for a witness among strings built from the operands themselves and their
-neighbours in the string order (the operand with a NUL or a letter appended, its last character
-moved one code point either way, its last character dropped), a few NULs and the operands again:
-a universe that holds a witness for every combination of the predicates below that has one.
+neighbours in the string order (the operand with the least character, \x01, or a letter
+appended, its last character moved one code point either way, its last character dropped), a
+few least characters and the operands again: a universe that holds a witness for every
+combination of the predicates below that has one. A string holds no NUL (the language refuses
+it), so \x01 is the least character.
 """
 
 from __future__ import annotations
@@ -30,25 +32,30 @@ OPERATORS = (
     Op.STR_POSTFIX,
     Op.STR_CONTAINS,
 )
-OPERANDS = ("", "bc", "i", "ib", "ibm", "ibn", "ibm\0", "\U0010ffff")
+OPERANDS = ("", "bc", "i", "ib", "ibm", "ibn", "ibm\x01", "\U0010ffff")
 PREDICATES = [(op, x) for op in OPERATORS for x in OPERANDS]
 
 
 def _neighbours(x: str) -> set[str]:
-    out = {x, x + "\0", x + "a", x + "z", x[:-1]}
+    out = {x, x + "\x01", x + "a", x + "z", x[:-1]}
     if x:
         code = ord(x[-1])
-        out |= {x[:-1] + chr(c) for c in (code - 1, code + 1) if 0 <= c <= 0x10FFFF}
+        out |= {x[:-1] + chr(c) for c in (code - 1, code + 1) if 1 <= c <= 0x10FFFF}
     return out
 
 
 @cache
 def universe(operands: frozenset[str]) -> tuple[str, ...]:
-    """Strings made of an operand or a neighbour, a few NULs, then up to two operands."""
+    """Strings made of an operand or a neighbour, a few least characters, then up to two
+    operands."""
     near = {"", *itertools.chain.from_iterable(_neighbours(x) for x in operands)}
     parts = {"", *operands}
     return tuple(
-        a + sep + b + c for a in near for sep in ("", "\0", "\0\0") for b in parts for c in parts
+        a + sep + b + c
+        for a in near
+        for sep in ("", "\x01", "\x01\x01")
+        for b in parts
+        for c in parts
     )
 
 
@@ -100,9 +107,9 @@ def test_padres_cases_where_bounds_meet_do_not_overlap(adv: str, sub: str) -> No
 
 
 def test_a_bound_next_to_another_leaves_exactly_the_strings_between() -> None:
-    # 'ibm' < s < 'ibm\0' holds no string; 'ibm' <= s < 'ibm\0\0' holds two, one excluded.
-    assert not overlaps(_filter((Op.STR_GT, "ibm")), _filter((Op.STR_LT, "ibm\0")))
-    two = _filter((Op.STR_GE, "ibm"), (Op.STR_LT, "ibm\0\0"))
+    # 'ibm' < s < 'ibm\x01' holds no string; 'ibm' <= s < 'ibm\x01\x01' holds two, one excluded.
+    assert not overlaps(_filter((Op.STR_GT, "ibm")), _filter((Op.STR_LT, "ibm\x01")))
+    two = _filter((Op.STR_GE, "ibm"), (Op.STR_LT, "ibm\x01\x01"))
     assert overlaps(two, _filter((Op.NEQ, "ibm")))
-    assert not overlaps(two, _filter((Op.NEQ, "ibm"), (Op.NEQ, "ibm\0")))
-    assert overlaps(two, _filter((Op.STR_POSTFIX, "\0")))
+    assert not overlaps(two, _filter((Op.NEQ, "ibm"), (Op.NEQ, "ibm\x01")))
+    assert overlaps(two, _filter((Op.STR_POSTFIX, "\x01")))

@@ -66,10 +66,19 @@ def web_overlay(directory: Path, options: tuple[str, ...] = ()) -> Iterator[WebO
                 started.result()
         overlay = WebOverlay(procs, db)
 
+        def linked() -> bool:
+            health = httpx.get(f"{overlay.http('B2')}/health").json()
+            return len(health["neighbors"]) == 2
+
         def complete() -> bool:
             view = httpx.get(f"{overlay.http('B2')}/api/v1/overlay").json()
             return len(view["brokers"]) == 3 and len(view["databases"]) == 1
 
+        eventually(linked)
+        # The first request of a quiet overlay waits for the brokers' first reports.
+        first = httpx.get(f"{overlay.http('B1')}/api/v1/overlay", timeout=10).json()
+        assert [b["id"] for b in first["brokers"]] == ["B1", "B2", "B3"], first
+        assert len(first["links"]) == 2, first
         eventually(complete)
         yield overlay
 
@@ -454,6 +463,47 @@ def test_bad_input_is_refused_whole_with_a_problem_naming_it(overlay: WebOverlay
     assert httpx.get(f"{api}/advertisements").status_code == 200
 
 
+def test_a_batch_breaking_a_schema_is_refused_whole_and_schema_publications_declare(
+    overlay: WebOverlay,
+) -> None:
+    b1, b3 = overlay.http("B1"), overlay.http("B3")
+    api = f"{b1}/api/v1/publications?client=ticker"
+    declaration = "[class,'SCHEMA'],[of,'Tick'],[attributes,'symbol:string price:float']"
+    r = httpx.post(api, json=declaration)  # needs no advertisement
+    assert r.status_code == 201, r.text
+    problem = _problem(
+        httpx.post(api, json=[declaration, {"class": "Tick", "symbol": "A", "price": 1}]),
+        400,
+        "request of their own",
+    )
+    assert [e["where"] for e in problem["errors"]] == ["publications[1]"]
+    _advertise(b1, "[class,eq,'Tick']", "ticker")
+    sub = _subscribe(b3, filter="[class,eq,'Tick']")  # the schema reached B3 with the 201
+    before = _counter(b1, "padres_publications_in_total", "ticker@B1")
+    bad = [
+        {"class": "Tick", "symbol": "A", "price": 1},
+        {"class": "Tick", "symbol": "A", "price": "high"},
+        {"class": "Tick", "symbol": "B", "price": 2, "volume": 3},
+    ]
+    for guaranteed in ("false", "true"):
+        problem = _problem(
+            httpx.post(f"{api}&guaranteed={guaranteed}", json=bad),
+            422,
+            "2 of the publications",
+            "nothing was published",
+        )
+        reasons = {e["where"]: e["reason"] for e in problem["errors"]}
+        assert list(reasons) == ["publications[1]", "publications[2]"]
+        assert "'price': expected float, found string 'high'" in reasons["publications[1]"]
+        assert "has no attribute 'volume'" in reasons["publications[2]"]
+    assert _counter(b1, "padres_publications_in_total", "ticker@B1") == before
+    with _stream(b3 + sub["events"]) as events:
+        r = httpx.post(api, json={"class": "Tick", "symbol": "C", "price": 3.5})
+        assert r.status_code == 201, r.text
+        (event,) = _events(events, 1)  # the first delivery: nothing refused got through
+    assert event["data"]["publication"]["attributes"]["symbol"] == "C"
+
+
 def test_an_sse_reader_too_slow_for_its_queue_is_evicted() -> None:
     broker = BrokerProcess("S", options=["--client-queue", "0.25", "--evict-after", "0.5"])
     broker.start()
@@ -479,3 +529,65 @@ def test_an_sse_reader_too_slow_for_its_queue_is_evicted() -> None:
         assert health["evicted"] == 1 and health["dropped"] > 0
     finally:
         broker.stop()
+
+
+def test_the_api_description_is_served_without_a_cdn(overlay: WebOverlay) -> None:
+    b1 = overlay.http("B1")
+    page = httpx.get(f"{b1}/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    scripts = [s for s in ("swagger-ui-bundle.js", "swagger-ui.css") if f"/static/{s}" in page.text]
+    assert len(scripts) == 2 and "cdn" not in page.text.lower(), page.text
+    for asset in scripts:
+        assert httpx.get(f"{b1}/static/{asset}").status_code == 200
+
+
+def test_a_durable_subscription_outlasts_a_broker_restart(tmp_path: Path) -> None:
+    data = ("--data", str(tmp_path))
+    with ExitStack() as stack:
+        broker = BrokerProcess("W1", options=list(data))
+        stack.callback(broker.stop)
+        broker.start()
+        base = f"http://127.0.0.1:{broker.port}"
+        _advertise(base, "[class,eq,'Tick'],[n,isPresent,0]", "ticker")
+        sub = _subscribe(base, filter="[class,eq,'Tick']", durable=True, name="kept")
+        body = [{"class": "Tick", "n": n} for n in (1, 2)]
+        r = httpx.post(f"{base}/api/v1/publications?client=ticker&guaranteed=true", json=body)
+        assert r.status_code == 201, r.text
+        broker.kill()
+        broker.start()  # on the same port
+        listed = httpx.get(f"{base}/api/v1/subscriptions").json()
+        assert [(s["id"], s["durable"]) for s in listed] == [("kept", True)]
+        with _stream(f"{base}{sub['events']}") as events:
+            got = _events(events, 2)
+        assert [e["data"]["publication"]["attributes"]["n"] for e in got] == [1, 2]
+
+
+def test_a_trace_is_complete_in_a_cyclic_overlay() -> None:
+    """B1, B2 and B3 all linked: the trace request and the publication may take different
+    paths, and every broker still reports the publication."""
+    with ExitStack() as stack:
+        procs: list[BrokerProcess] = []
+        for name in ("C1", "C2", "C3"):
+            proc = BrokerProcess(name, neighbors=[p.url for p in procs])
+            stack.callback(proc.stop)
+            proc.start()
+            procs.append(proc)
+        c1, c2, c3 = (f"http://127.0.0.1:{p.port}" for p in procs)
+        eventually(lambda: len(httpx.get(f"{c1}/health").json()["neighbors"]) == 2)
+        _advertise(c1, "[class,eq,'Parcel'],[to,isPresent,'']", "post")
+        subs = {b: _subscribe(b, filter="[class,eq,'Parcel']")["id"] for b in (c2, c3)}
+        for attempt in range(3):
+            r = httpx.post(
+                f"{c1}/api/v1/traces",
+                json={"publication": f"[class,'Parcel'],[to,'x{attempt}']", "client": "post"},
+                timeout=15,
+            )
+            assert r.status_code == 201, r.text
+            tid = r.json()["id"]
+            assert r.json()["armed"] == ["C1", "C2", "C3"]
+
+            def matched(tid: str = tid) -> set[str]:
+                hops = httpx.get(f"{c1}/api/v1/traces/{tid}").json()["hops"]
+                return {m["subscription"] for h in hops for m in h["matched"]}
+
+            eventually(lambda: matched() == set(subs.values()), what=matched)

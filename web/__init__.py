@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from padres.runtime.node import BrokerNode
-from web import broker, history, publishing, subscribing
+from web import broker, exceptions, history, publishing, subscribing
+from web.auth import Authenticator
 from web.clients import Clients
 from web.metrics import Metrics
 from web.overlay import PRIVATE, Overlay
@@ -38,13 +40,20 @@ def install(node: BrokerNode) -> None:
     node.observers += [metrics.observe, tracer.observe, overlay.observe]
     node.services.append(overlay.run)
     install_handlers(app)
-    # The monitor page of one broker reads the routing tables of the others.
+    # The monitor page of one broker reads the routing tables of the others (with accounts,
+    # the page's ?access_token= goes along: see web.auth).
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET"])
-    for module in (publishing, subscribing, history, broker):
-        app.include_router(module.router(clients))
-    app.include_router(metrics.router())
-    app.include_router(tracer.router(clients, overlay.watch))
-    app.include_router(_monitor(overlay))
+    auth = Authenticator(node)
+    for module in (publishing, subscribing, history):
+        app.include_router(module.router(clients, auth))
+    owner = [Depends(auth.client_owner)]
+    app.include_router(exceptions.router(clients), dependencies=owner)
+    admin = [Depends(auth.admin)]
+    app.include_router(broker.router(clients), dependencies=admin)
+    app.include_router(metrics.router(), dependencies=admin)
+    app.include_router(tracer.router(clients, overlay.brokers_now), dependencies=admin)
+    app.include_router(_monitor(overlay), dependencies=admin)
+    app.include_router(_docs())
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
 
@@ -58,7 +67,26 @@ def _monitor(overlay: Overlay) -> APIRouter:
     @api.get("/api/v1/overlay")
     async def view() -> dict[str, Any]:
         """The whole overlay: brokers (with what each reports), links, clients and databases,
-        as learned from the brokers' BROKER_INFO publications."""
-        return overlay.view()
+        as learned from the brokers' BROKER_INFO publications; the first request after a quiet
+        time waits for the first round of them (a few seconds at most)."""
+        return await overlay.fresh_view()
+
+    return api
+
+
+def _docs() -> APIRouter:
+    """The API's description, open to everyone: it holds no data."""
+    api = APIRouter()
+
+    @api.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """The OpenAPI description in Swagger UI, from this broker's own files."""
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="padres API",
+            swagger_js_url="/static/swagger-ui-bundle.js",
+            swagger_css_url="/static/swagger-ui.css",
+            swagger_favicon_url="/static/swagger-favicon.png",
+        )
 
     return api

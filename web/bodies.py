@@ -19,7 +19,9 @@ class AdvertisementBody(_Strict):
         description="PADRES text, or the wire format's list of predicates",
         examples=["[class,eq,'STOCK'],[price,isPresent,0]"],
     )
-    client: str = Field("web", description="the publisher that advertises")
+    client: str | None = Field(
+        None, description="the publisher that advertises (default: web, or the user with accounts)"
+    )
 
 
 class SubscriptionBody(_Strict):

@@ -18,13 +18,14 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from padres.messages import Filter, Subscription
 from padres.printer import format_filter
 from padres.protocol import CompositeNotify, Envelope, Error, Notify, ReplayDone
 from padres.wire import to_dict
+from web.auth import Authenticator, Caller
 from web.clients import Clients
 from web.inputs import window_filter
 from web.pages import token, untoken
@@ -46,6 +47,8 @@ class _Result:
     done: dict[str, Any] = field(default_factory=dict)
     took: float = 0.0
     made: float = field(default_factory=time.monotonic)
+    owner: str = ""
+    """The account that ran the query, when the broker has accounts: only it reads the pages."""
 
 
 def _window(flt: Filter) -> Filter:
@@ -57,10 +60,13 @@ def _window(flt: Filter) -> Filter:
     return flt
 
 
-async def run(clients: Clients, flt: Filter) -> AsyncIterator[Envelope]:
-    """The deliveries of a historic subscription for ``flt``, up to its ``replay_done``."""
+async def run(clients: Clients, flt: Filter, caller: Caller) -> AsyncIterator[Envelope]:
+    """The deliveries of a historic subscription for ``flt`` made as ``caller`` (its history
+    grants apply), up to its ``replay_done``."""
     qid = clients.new_id("h")
-    session = LocalSession(clients.node, f"web-{qid}")
+    clients.allowed(caller, Subscription(qid, flt))
+    name = f"{caller.name}.web-{qid}" if caller.name else f"web-{qid}"
+    session = LocalSession(clients.node, name, account=caller.account)
     try:
         await session.open()
         await session.request(qid, Subscription(qid, flt))
@@ -95,8 +101,9 @@ def _done(message: ReplayDone, started: float) -> dict[str, Any]:
     }
 
 
-def router(clients: Clients) -> APIRouter:
+def router(clients: Clients, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["history"])
+    calling = Depends(auth.caller)
     results: OrderedDict[str, _Result] = OrderedDict()
 
     def forget_old() -> None:
@@ -106,10 +113,10 @@ def router(clients: Clients) -> APIRouter:
         while len(results) >= RESULTS:
             results.popitem(last=False)
 
-    async def collect(flt: Filter) -> _Result:
-        result = _Result(format_filter(flt))
+    async def collect(flt: Filter, caller: Caller) -> _Result:
+        result = _Result(format_filter(flt), owner=caller.name)
         started = time.monotonic()
-        async for message in run(clients, flt):
+        async for message in run(clients, flt, caller):
             row = _row(message)
             if row is not None:
                 if len(result.rows) >= MAX_ROWS:
@@ -127,9 +134,9 @@ def router(clients: Clients) -> APIRouter:
         result.took = time.monotonic() - started
         return result
 
-    def page(key: str, offset: int, size: int) -> dict[str, Any]:
+    def page(key: str, offset: int, size: int, caller: Caller) -> dict[str, Any]:
         result = results.get(key)
-        if result is None:
+        if result is None or not caller.owns(result.owner):
             raise Problem(410, "expired", f"the results of this token are gone (kept {KEPT:g} s)")
         rows = result.rows[offset : offset + size]
         following = offset + len(rows)
@@ -151,19 +158,20 @@ def router(clients: Clients) -> APIRouter:
         end: str | None = Query(None, alias="to", description="ISO 8601 or now (default)"),
         page_size: int = Query(100, ge=1, le=MAX_PAGE),
         page_token: str | None = Query(None, description="from the previous page"),
+        caller: Caller = calling,
     ) -> dict[str, Any]:
         """Publications stored by the overlay's databases that match ``filter`` in
         ``[from, to)``, a page at a time; the first page runs the query."""
         if page_token is not None:
             key, offset = untoken(page_token)
-            return page(key, offset, page_size)
+            return page(key, offset, page_size, caller)
         if filter is None:
             raise Problem(400, "no filter", "give 'filter' (or 'page_token' for a next page)")
-        result = await collect(_window(window_filter(filter, start, end)))
+        result = await collect(_window(window_filter(filter, start, end)), caller)
         forget_old()
         key = clients.new_id("q")
         results[key] = result
-        return page(key, 0, page_size)
+        return page(key, 0, page_size, caller)
 
     @api.get(
         "/history/stream",
@@ -174,6 +182,7 @@ def router(clients: Clients) -> APIRouter:
         filter: str = Query(description="PADRES text, e.g. [class,eq,'STOCK']"),
         start: str | None = Query(None, alias="from"),
         end: str | None = Query(None, alias="to"),
+        caller: Caller = calling,
     ) -> StreamingResponse:
         """The same as NDJSON: one publication per line as it arrives, then a last line
         ``{"done": {...}}`` with the count, the databases and the time taken."""
@@ -182,7 +191,7 @@ def router(clients: Clients) -> APIRouter:
         async def lines() -> AsyncIterator[bytes]:
             started = time.monotonic()
             try:
-                async for message in run(clients, flt):
+                async for message in run(clients, flt, caller):
                     row = _row(message)
                     if row is not None:
                         yield orjson.dumps(row) + b"\n"

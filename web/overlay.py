@@ -44,6 +44,8 @@ IDLE: Final = 60.0
 """Seconds after the last request for the overlay that this broker stops watching it."""
 WATCH: Final = "MONITOR_WATCH"
 FORGET: Final = 3.5
+FIRST_ROUND: Final = 3 * PERIOD
+"""Seconds the first request after a quiet time waits for the brokers' first reports."""
 RETRY: Final = 1.0
 CHANNELS: Final = {
     INFO: ("broker", "info"),
@@ -114,6 +116,28 @@ class Overlay:
             "publications": self.metrics.totals,
             "time": time.time(),
         }
+
+    async def fresh_view(self) -> dict[str, Any]:
+        """``view``, after waiting (``FIRST_ROUND`` at most) for a report from this broker and
+        from every neighbour the reports name, when the overlay was not watched until now."""
+        quiet = not self._watched_here()
+        self.watch()
+        if quiet:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + FIRST_ROUND
+            while loop.time() < deadline and not self._complete():
+                await asyncio.sleep(PERIOD / 10)
+        return self.view()
+
+    async def brokers_now(self) -> set[str]:
+        """The ids of the overlay's brokers (after ``fresh_view``'s wait, if it waits)."""
+        return {str(info["id"]) for info in (await self.fresh_view())["brokers"]}
+
+    def _complete(self) -> bool:
+        """Whether this broker and every broker a report names as a neighbour reported."""
+        own = self.clients.node.broker.id
+        named = {n for info in self.brokers.values() for n in info["neighbors"]}
+        return own in self.brokers and named <= self.brokers.keys()
 
     def view(self) -> dict[str, Any]:
         """Brokers, links, clients and databases of the overlay now."""

@@ -26,13 +26,22 @@ log = logging.getLogger("padres.web")
 
 
 class Problem(Exception):
-    """Raised by the API to answer with a problem document."""
+    """Raised by the API to answer with a problem document (and ``headers``, if given)."""
 
-    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.title = title
         self.detail = detail
+        self.headers = headers
         self.extra = extra
 
 
@@ -72,16 +81,18 @@ def bad_input(errors: list[dict[str, Any]], what: str) -> Problem:
     )
 
 
-def problem_response(status: int, title: str, detail: str, **extra: Any) -> Response:
+def problem_response(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 def install_handlers(app: FastAPI) -> None:
     """Answer every error of ``app`` with a problem document."""
 
     async def on_problem(request: Request, exc: Problem) -> Response:
-        return problem_response(exc.status, exc.title, exc.detail, **exc.extra)
+        return problem_response(exc.status, exc.title, exc.detail, exc.headers, **exc.extra)
 
     async def on_http(request: Request, exc: HTTPException) -> Response:
         title = {404: "not found", 405: "method not allowed"}.get(exc.status_code, "refused")

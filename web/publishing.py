@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
+from padres.errors import DecodeError
 from padres.printer import format_filter
+from padres.wire import loads
+from web.auth import Authenticator, Caller
 from web.bodies import AdvertisementBody
 from web.clients import Clients
 from web.inputs import advertisement_from, publications_from_json, publications_from_text
@@ -48,13 +50,17 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
-def router(clients: Clients) -> APIRouter:
+def router(clients: Clients, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["publish"])
+    calling = Depends(auth.caller)
 
     @api.post("/publications", status_code=201, openapi_extra=_PUBLISH_BODY)
     async def publish(
         request: Request,
-        client: str = Query("web", description="the publisher"),
+        caller: Caller = calling,
+        client: str | None = Query(
+            None, description="the publisher (default: web, or the user with accounts)"
+        ),
         guaranteed: bool = Query(False, description="return once they are on the broker's disk"),
     ) -> dict[str, Any]:
         """Publish one publication or a batch: a JSON item or array of items (PADRES text or
@@ -66,8 +72,8 @@ def router(clients: Clients) -> APIRouter:
             pubs = publications_from_text(_text(body))
         elif kind in ("application/json", ""):
             try:
-                data = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
+                data = loads(body)  # exact: no integer rounded to a float, no 1e-400 as 0
+            except DecodeError as exc:
                 raise Problem(400, "invalid JSON", f"the body is not JSON: {exc}") from None
             pubs = publications_from_json(data if isinstance(data, list) else [data])
         else:
@@ -76,30 +82,32 @@ def router(clients: Clients) -> APIRouter:
             )
         if not pubs:
             raise Problem(400, "no publications", "the body holds no publication")
-        publisher = await clients.publish(client, pubs, guaranteed)
+        publisher = await clients.publish(caller.client(client), pubs, guaranteed, caller)
         return {"ids": [p.id for p in pubs], "publisher": publisher}
 
     @api.post("/advertisements", status_code=201)
-    async def advertise(body: AdvertisementBody) -> dict[str, Any]:
+    async def advertise(body: AdvertisementBody, caller: Caller = calling) -> dict[str, Any]:
         """Advertise what a publisher will publish; returns once routing has settled."""
         adv = advertisement_from(body.filter, clients.new_id("a"))
-        incomplete = await clients.advertise(body.client, adv)
-        return _advertisement(adv.id, body.client, format_filter(adv.filter)) | {
+        client = caller.client(body.client)
+        incomplete = await clients.advertise(client, adv, caller)
+        return _advertisement(adv.id, client, format_filter(adv.filter)) | {
             "incomplete": list(incomplete)
         }
 
     @api.get("/advertisements")
-    async def advertisements() -> list[dict[str, Any]]:
-        """The advertisements made through this broker's API."""
+    async def advertisements(caller: Caller = calling) -> list[dict[str, Any]]:
+        """The advertisements made through this broker's API (the caller's, with accounts)."""
         return [
             _advertisement(a.id, a.client, format_filter(a.advertisement.filter))
             for a in clients.advertisements.values()
+            if caller.account is None or caller.account.owns(a.client)
         ]
 
     @api.delete("/advertisements/{aid}", status_code=204)
-    async def unadvertise(aid: str) -> None:
+    async def unadvertise(aid: str, caller: Caller = calling) -> None:
         """Withdraw an advertisement."""
-        await clients.unadvertise(aid)
+        await clients.unadvertise(aid, caller)
 
     return api
 

@@ -16,9 +16,12 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final
 
+from padres.accounts import Account
 from padres.protocol import (
     Envelope,
     Error,
+    ExceptionReport,
+    Exceptions,
     Hello,
     Ok,
     Query,
@@ -53,10 +56,15 @@ class SessionClosed(Exception):
 class LocalSession:
     """One in-process client session of ``node`` (see the module docstring)."""
 
-    def __init__(self, node: BrokerNode, name: str, *, reader: bool = True) -> None:
+    def __init__(
+        self, node: BrokerNode, name: str, *, reader: bool = True, account: Account | None = None
+    ) -> None:
         self.node = node
         self.name = name
         self.reader = reader
+        self.account = account
+        """Whose requests these are, when the broker has accounts: its grants apply (the web
+        API authenticated the caller); None for the broker's own sessions."""
         self.hop = ""
         self.session = ""
         """The session's name in the overlay (``<name>@<broker>``)."""
@@ -73,6 +81,7 @@ class LocalSession:
     async def open(self) -> LocalSession:
         """Connect and say hello; raises ``Refused`` if the broker will not have it."""
         self.hop = self.node.attach(self._receive, self._close)
+        self.node.broker.admit(self.hop, self.account)
         welcome = await self._ask("", Hello(self.name))
         if not isinstance(welcome, Welcome):  # pragma: no cover - the core answers hello so
             raise Refused(f"unexpected answer to hello: {type(welcome).__name__}")
@@ -104,6 +113,13 @@ class LocalSession:
         if not isinstance(reply, QueryResult):  # pragma: no cover - keyed by its type
             raise Refused(f"unexpected answer: {type(reply).__name__}")
         return reply.rows
+
+    async def exceptions(self, request: Exceptions) -> ExceptionReport:
+        """List, replay or purge an exception queue (``Exceptions``); ``Refused`` says why not."""
+        reply = await self._ask(request.ref, request)
+        if not isinstance(reply, ExceptionReport):  # pragma: no cover - keyed by its ref
+            raise Refused(f"unexpected answer: {type(reply).__name__}", request.ref)
+        return reply
 
     async def deliveries(self) -> AsyncIterator[Envelope]:
         """What the broker sends this session besides replies, until the session ends (then
@@ -155,6 +171,8 @@ class LocalSession:
                 return ""  # the hello was refused
             case QueryResult():
                 return f"query:{message.what}"
+            case ExceptionReport():
+                return message.ref
             case _:
                 return None
 

@@ -5,23 +5,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import orjson
-from fastapi import APIRouter, Header, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, Header, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 
 from padres.errors import InvalidMessage
 from padres.messages import Subscription, check_id
 from padres.printer import format_filter, format_message
 from padres.protocol import Envelope, Error, Notify, envelope_to_dict
+from web.auth import Authenticator, Caller
 from web.bodies import SubscriptionBody
 from web.clients import Clients, RestSubscription
 from web.inputs import composite_from, filter_from
 from web.problems import Problem, bad_input, located
 from web.session import SessionClosed
 
-__all__ = ["describe", "router"]
+__all__ = ["KEEPALIVE", "describe", "router"]
+
+KEEPALIVE: Final = 15.0
+"""Seconds without a delivery after which an event stream sends a comment line."""
 
 
 def _event_name(message: Envelope) -> str:
@@ -34,6 +38,28 @@ def _event_id(sub: RestSubscription, message: Envelope) -> int:
     if isinstance(message, Notify) and message.seq:
         return message.seq
     return sub.delivered
+
+
+async def _with_keepalives(
+    deliveries: AsyncIterator[Envelope],
+) -> AsyncIterator[Envelope | None]:
+    """The deliveries, with a None after each ``KEEPALIVE`` seconds without one: a stream
+    that stays quiet is then not closed by a proxy, and a reader that left is noticed."""
+    pending: asyncio.Future[Envelope] = asyncio.ensure_future(anext(deliveries))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE)
+            if not done:
+                yield None
+                continue
+            try:
+                message = pending.result()
+            except StopAsyncIteration:
+                return
+            yield message
+            pending = asyncio.ensure_future(anext(deliveries))
+    finally:
+        pending.cancel()
 
 
 def describe(sub: RestSubscription) -> dict[str, Any]:
@@ -69,11 +95,12 @@ def _made(body: SubscriptionBody, sid: str) -> RestSubscription:
         raise bad_input([located(exc, "filter")], "subscription") from None
 
 
-def router(clients: Clients) -> APIRouter:
+def router(clients: Clients, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["subscribe"])
+    calling = Depends(auth.caller)
 
     @api.post("/subscriptions", status_code=201)
-    async def subscribe(body: SubscriptionBody) -> dict[str, Any]:
+    async def subscribe(body: SubscriptionBody, caller: Caller = calling) -> dict[str, Any]:
         """Subscribe (atomic, composite, or durable); returns once routing has settled. Read
         the deliveries at ``events`` (SSE) or ``websocket``."""
         sid = body.name or clients.new_id("s")
@@ -84,22 +111,22 @@ def router(clients: Clients) -> APIRouter:
         if sid in clients.subscriptions:
             raise Problem(409, "exists", f"subscription {sid!r} already exists")
         sub = _made(body, sid)
-        incomplete = await clients.subscribe(sub)
+        incomplete = await clients.subscribe(sub, caller)
         return describe(sub) | {"incomplete": list(incomplete)}
 
     @api.get("/subscriptions")
-    async def subscriptions() -> list[dict[str, Any]]:
-        """The subscriptions made through this broker's API."""
-        return [describe(s) for s in clients.subscriptions.values()]
+    async def subscriptions(caller: Caller = calling) -> list[dict[str, Any]]:
+        """The subscriptions made through this broker's API (the caller's, with accounts)."""
+        return [describe(s) for s in clients.subscriptions.values() if caller.owns(s.owner)]
 
     @api.get("/subscriptions/{sid}")
-    async def subscription(sid: str) -> dict[str, Any]:
-        return describe(clients.get(sid))
+    async def subscription(sid: str, caller: Caller = calling) -> dict[str, Any]:
+        return describe(clients.get(sid, caller))
 
     @api.delete("/subscriptions/{sid}", status_code=204)
-    async def unsubscribe(sid: str) -> None:
+    async def unsubscribe(sid: str, caller: Caller = calling) -> None:
         """End a subscription (a durable one for good)."""
-        await clients.unsubscribe(sid)
+        await clients.unsubscribe(sid, caller)
 
     @api.get(
         "/subscriptions/{sid}/events",
@@ -111,19 +138,23 @@ def router(clients: Clients) -> APIRouter:
         last_event_id: int | None = Header(
             None, ge=0, description="resume a durable subscription after this delivery"
         ),
+        caller: Caller = calling,
     ) -> StreamingResponse:
-        """The deliveries as Server-Sent Events: ``notify``, ``composite_notify``,
-        ``replay_done`` and ``error`` events, each a wire message as JSON; a durable
-        subscription's event ids are its delivery numbers."""
-        sub = clients.get(sid)  # a 404 or a 409 before the stream starts
+        """The deliveries as Server-Sent Events: ``notify``, ``tx_notify``,
+        ``composite_notify``, ``replay_done`` and ``error`` events, each a wire message as
+        JSON; a durable subscription's event ids are its delivery numbers."""
+        sub = clients.get(sid, caller)  # a 404 or a 409 before the stream starts
         if sub.reading:
             raise Problem(409, "already read", f"another stream reads subscription {sid!r}")
 
         async def sse() -> AsyncIterator[bytes]:
             try:
-                async with clients.stream(sid, last_event_id) as deliveries:
+                async with clients.stream(sid, last_event_id, caller) as deliveries:
                     yield b": subscribed\n\n"
-                    async for message in deliveries:
+                    async for message in _with_keepalives(deliveries):
+                        if message is None:
+                            yield b": keepalive\n\n"
+                            continue
                         head = f"id: {_event_id(sub, message)}\nevent: {_event_name(message)}\n"
                         data = orjson.dumps(envelope_to_dict(message))
                         yield head.encode() + b"data: " + data + b"\n\n"
@@ -137,14 +168,17 @@ def router(clients: Clients) -> APIRouter:
 
     @api.websocket("/subscriptions/{sid}/ws")
     async def websocket(
-        ws: WebSocket, sid: str, last_event_id: int | None = Query(None, ge=0)
+        ws: WebSocket,
+        sid: str,
+        last_event_id: int | None = Query(None, ge=0),
+        caller: Caller = calling,
     ) -> None:
         """The deliveries over a WebSocket, one wire message per text frame; a frame from
         the client is ignored, closing ends the stream."""
         await ws.accept()
 
         async def pump() -> None:
-            async with clients.stream(sid, last_event_id) as deliveries:
+            async with clients.stream(sid, last_event_id, caller) as deliveries:
                 async for message in deliveries:
                     await ws.send_text(orjson.dumps(envelope_to_dict(message)).decode())
 

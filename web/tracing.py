@@ -9,6 +9,11 @@ that the trace is for (the ones named in ``targets``, or those matching ``filter
 to, and which subscriptions of which local clients it matched. The broker that started the
 trace collects the reports; ``GET /api/v1/traces/{id}`` gives the path of the first publication
 traced.
+
+Each broker also reports when it armed. In a cyclic overlay the request and the publication may
+travel different paths, so the publication could pass a broker the request has not reached yet:
+the broker that starts a trace waits (``READY_WAIT`` at most) until every broker of the overlay
+armed before it publishes the traced publication or answers.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -69,6 +74,8 @@ class _Trace:
     filter: str
     started: float = field(default_factory=time.time)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    armed: set[str] = field(default_factory=set)
+    """The brokers that armed for it."""
 
 
 class Tracer:
@@ -107,7 +114,11 @@ class Tracer:
         attrs = pub.attributes
         trace, report = attrs.get("trace"), attrs.get("report")
         if attrs.get("class") == REPORT and trace in self.traces and isinstance(report, str):
-            self.traces[str(trace)].reports.append(orjson.loads(report))
+            found = orjson.loads(report)
+            if found.get("armed"):
+                self.traces[str(trace)].armed.add(str(found["broker"]))
+            else:
+                self.traces[str(trace)].reports.append(found)
 
     def _arm(self, request: Publication) -> None:
         attrs = request.attributes
@@ -120,6 +131,7 @@ class Tracer:
         except (ValueError, TypeError):
             return  # not a request this version understands
         self.armed[trace] = _Armed(flt, wanted, time.monotonic() + ARMED_FOR)
+        self._send({"broker": self.metrics.node.broker.id, "armed": True}, trace)
 
     def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
         """A ``BrokerNode`` observer: arm on requests, report what armed traces want."""
@@ -160,9 +172,19 @@ class Tracer:
             "matched": matched,
             "at": time.time(),
         }
+        self._send(report, tid)
+
+    def _send(self, report: dict[str, Any], tid: str) -> None:
         attrs = {"class": REPORT, "trace": tid, "report": orjson.dumps(report).decode()}
         if self.publish is not None:  # not from within the core's call: after it
             asyncio.get_running_loop().call_soon(self.publish, attrs)
+
+    async def _armed(self, trace: _Trace, brokers: set[str]) -> None:
+        """Wait until every broker of ``brokers`` armed for ``trace`` (``READY_WAIT`` at most)."""
+        for _ in range(int(READY_WAIT / 0.05)):
+            if brokers <= trace.armed:
+                return
+            await asyncio.sleep(0.05)
 
     def view(self, tid: str) -> dict[str, Any]:
         trace = self.traces.get(tid)
@@ -181,13 +203,15 @@ class Tracer:
             "filter": trace.filter,
             "started": trace.started,
             "expires_in": max(0.0, trace.started + ARMED_FOR - time.time()),
+            "armed": sorted(trace.armed),
             "publication": origin["publication"] if origin else None,
             "publisher": origin["publisher"] if origin else None,
             "hops": hops,
         }
 
-    def router(self, clients: Clients, watch: Callable[[], None]) -> APIRouter:
-        """The API; ``watch`` says the overlay is watched (the brokers report while it is)."""
+    def router(self, clients: Clients, overlay: Callable[[], Awaitable[set[str]]]) -> APIRouter:
+        """The API; ``overlay`` gives the overlay's brokers, and says it is watched (the
+        brokers report while it is)."""
         api = APIRouter(prefix="/api/v1", tags=["monitor"])
 
         @api.post("/traces", status_code=201)
@@ -200,16 +224,19 @@ class Tracer:
                 )
             flt = filter_from(body.filter) if body.filter is not None else None
             pubs = publications_from_json([body.publication]) if flt is None else []
-            watch()
+            brokers = await overlay()
             for _ in range(int(READY_WAIT / 0.1)):  # the monitor session, if it was asleep
                 if self.publish is not None:
                     break
                 await asyncio.sleep(0.1)
             broker = self.metrics.node.broker.id
             if flt is not None:
-                return self.view(self.start(broker, flt).id)
+                started = self.start(broker, flt)
+                await self._armed(started, brokers)
+                return self.view(started.id)
             publisher = (await clients.publisher(body.client)).session
             started = self.start(broker, None, [(publisher, p.id) for p in pubs])
+            await self._armed(started, brokers)
             await clients.publish(body.client, pubs, guaranteed=False)
             return self.view(started.id)
 

@@ -28,7 +28,7 @@ def _frame(pubs: list[Publication]) -> list[RoutePublish]:
     return [RoutePublish(p, "B1#a.1", i + 1) for i, p in enumerate(batch)]
 
 
-def _profile_decode(frame: bytes, top: int = 12) -> str:
+def _profile_decode(frame: bytes, top: int = 20) -> str:
     """cProfile of decoding ``frame`` 20 times: its ``top`` entries by own time."""
     profiler = cProfile.Profile()
     profiler.enable()

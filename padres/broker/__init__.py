@@ -1,6 +1,7 @@
 """The broker: routing logic with no I/O (``Broker``), as the runtime and the simulation use it."""
 
-from padres.broker.core import Broker, routing_filter
+from padres.broker.core import Broker
+from padres.broker.guard import routing_filter
 from padres.broker.routes import Covering, Out
 
 __all__ = ["Broker", "Covering", "Out", "routing_filter"]

@@ -22,6 +22,9 @@ An advertisement or subscription is acknowledged to its client once its routing 
 
 Databases offer to replay what they store; historic and hybrid subscriptions are answered from
 them (see ``history``).
+
+Publications made in a transaction are kept at their publisher's broker until it commits or
+aborts, and each subscription sees them by its visibility (see ``transactions``).
 """
 
 from __future__ import annotations
@@ -33,19 +36,26 @@ from typing import Final
 
 from msgspec.structs import replace
 
+from padres.accounts import Account, Accounts, Credentials
 from padres.broker.durable import DURABLE, REFRESH, Durables
+from padres.broker.exception_queues import ExceptionQueues
+from padres.broker.guard import Guard, admin_refusal, reference, routing_filter
 from padres.broker.history import HISTORY, History, Watch, composite_network
+from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering, Out, Routes
+from padres.broker.schemas import Declaration, Schemas
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.settle import Settling
+from padres.broker.transactions import Transactions, TxLimits
 from padres.broker.trees import Tree, Trees
-from padres.journal import Journal
+from padres.broker.visibility import deliveries
+from padres.errors import AuthenticationError, SchemaConflict, SchemaLimit
+from padres.journal import Journal, Tag
 from padres.matching import conforms
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
-    Predicate,
     Publication,
     Subscription,
     Unadvertise,
@@ -60,10 +70,13 @@ from padres.protocol import (
     Echo,
     Envelope,
     Error,
+    Exceptions,
+    Failed,
     Guaranteed,
     Hello,
     Notify,
     Ok,
+    Outcome,
     Query,
     QueryResult,
     Recover,
@@ -76,31 +89,27 @@ from padres.protocol import (
     Role,
     RouteAdvertise,
     RoutePublish,
+    RouteSchema,
     RouteSubscribe,
+    RouteTxPublish,
     RouteUnadvertise,
     RouteUnsubscribe,
+    Subscribe,
+    TxAbort,
+    TxBegin,
+    TxCommit,
+    TxPublish,
+    Visibility,
     Welcome,
 )
 from padres.relations import covers
 from padres.rete_engine import to_composite
 from rete import CompositeLimits, Network
-from rete.operators import Op
 
 __all__ = ["COVER_SCAN", "Broker", "Covering", "Out"]
 
 COVER_SCAN: Final = 64
 """Local advertisements of the same class tried as covers of a new one, at most."""
-
-
-def routing_filter(flt: Filter) -> Filter:
-    """A composite part as an atomic filter: a variable predicate only asks for the attribute."""
-    return Filter(
-        tuple(
-            Predicate(p.attribute, Op.IS_PRESENT) if p.variable is not None else p
-            for p in flt.predicates
-        ),
-        flt.window,
-    )
 
 
 class Broker:
@@ -118,6 +127,10 @@ class Broker:
         settle: float = 0.5,
         replay_timeout: float = 30.0,
         journal: Journal | None = None,
+        quotas: Quotas | None = None,
+        transactions: TxLimits | None = None,
+        accounts: Accounts | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``conformity``: refuse a publication that matches none of its publisher's
         advertisements (it could not be routed reliably). ``epoch`` makes the overlay-wide ids
@@ -129,9 +142,16 @@ class Broker:
         ``replay_timeout``: how long a historic request waits for a database that does not
         answer before it ends as failed for that database (see ``history``). ``journal``: where
         guaranteed publications and durable subscriptions are kept (in memory if None); the
-        durable subscriptions it holds are taken up at once."""
+        durable subscriptions it holds are taken up at once. ``transactions``: the limits and
+        timeouts of its clients' transactions. ``accounts``: who may connect and what each
+        client may do (``guard``; anyone may do anything if None); ``credentials``: what this
+        broker authenticates with to the neighbours it links to."""
         self.id = check_id(broker_id, "broker id")
         self.conformity = conformity
+        self.quotas = quotas or Quotas()
+        """How many subscriptions and advertisements each client may hold."""
+        self.guard = None if accounts is None else Guard(accounts)
+        self.credentials = credentials or Credentials()
         self.trees = Trees()
         self.network = Network(limits)
         self.routes = Routes(self.trees, self.network, covering)
@@ -146,6 +166,7 @@ class Broker:
         self._names: set[str] = set()
         self._peers: dict[str, str] = {}
         self._hello_sent: set[str] = set()
+        self._admitted: dict[str, Account | None] = {}
         self._local: dict[str, LocalAdvertisement] = {}
         self._offers: dict[str, str] = {}
         """Replay offers made here: id -> the offering client's hop."""
@@ -158,6 +179,10 @@ class Broker:
         self.journal = journal or Journal()
         self.durables = Durables(self.journal, self.routes, self.trees, self.settling, self._new_id)
         self.durables.restore()
+        self.transactions = Transactions(self.journal, self._deliver, self._withdraw, transactions)
+        self.schemas = Schemas(self.journal, self.settling, self.quotas)
+        """The schemas of typed classes (kept in the journal, known overlay-wide)."""
+        self.exceptions = ExceptionQueues(self.journal, self.durables, self._sessions, self.id)
 
     @property
     def covering(self) -> Covering:
@@ -171,6 +196,10 @@ class Broker:
     @property
     def sessions(self) -> dict[str, Session]:
         return dict(self._sessions)
+
+    def greeted(self, hop: str) -> bool:
+        """Whether the connection ``hop`` has been accepted (its ``hello`` taken)."""
+        return hop in self._sessions or hop in self._peers
 
     def publishes(self, hop: str) -> bool:
         """Whether the client on ``hop`` has advertised (flow control holds back publishers
@@ -196,7 +225,7 @@ class Broker:
     def open_link(self, hop: str) -> list[Out]:
         """Start a link to a neighbour broker on ``hop``: greet it."""
         self._hello_sent.add(hop)
-        return [(hop, Hello(self.id, Role.BROKER))]
+        return [(hop, self.credentials.hello(self.id, Role.BROKER))]
 
     def close(self, hop: str) -> list[Out]:
         """A connection is gone: a client's subscriptions and advertisements go with it; for a
@@ -206,16 +235,22 @@ class Broker:
 
     def _close(self, hop: str) -> list[Out]:
         self._hello_sent.discard(hop)
+        self._admitted.pop(hop, None)
         session = self._sessions.pop(hop, None)
         if session is not None:
             self._names.discard(session.name)
             out = self._ended(self.history.hop_down(hop, f"{session.name} disconnected"))
             out += self.settling.hop_down(hop, f"{session.name} disconnected")
             self.durables.detach(hop)
+            self.exceptions.hop_down(hop)
             for gid in [*session.subscriptions.values(), *session.composites.values()]:
                 out += self._drop_subscription(gid)
-            for gid in session.advertisements.values():
-                out += self._withdraw(gid)
+            # Held while its open transactions wait for it: their publications, committed or
+            # aborted, still have the trees to go down.
+            advertisements = list(session.advertisements.values())
+            if not self.transactions.hold(session, advertisements, self._now):
+                for gid in advertisements:
+                    out += self._withdraw(gid)
             return out
         name = self._peers.pop(hop, None)
         if name is None:
@@ -240,7 +275,8 @@ class Broker:
         subscriptions ask again for what they may have missed (every ``REFRESH`` seconds).
         The runtime calls this about once a second."""
         self._now = now
-        out = self._ended(self.history.expire(now)) + self.durables.sync()
+        out = self._ended(self.history.expire(now)) + self.transactions.expire(now)
+        out += self.durables.sync()
         if now - self._refreshed >= REFRESH:
             self._refreshed = now
             out += self.durables.refresh()
@@ -261,6 +297,8 @@ class Broker:
             return self._tagged(self._from_broker(message, hop))
         if isinstance(message, Hello):
             return self._tagged(self._hello(message, hop))
+        if isinstance(message, Error):
+            return []  # a refused hello, say: never answer an error with an error
         return [(hop, Error("the first message of a connection must be 'hello'"))]
 
     def _tagged(self, outs: list[Out]) -> list[Out]:
@@ -306,25 +344,73 @@ class Broker:
         pending = (self.settling.pending((advertisement_id, hop)) for hop in self._peers)
         return {token for token in pending if token is not None}
 
+    def admit(self, hop: str, account: Account | None) -> None:
+        """Let the ``hello`` of ``hop``, an in-process connection of the runtime (the web API's
+        sessions, which authenticated their callers themselves), in without credentials: as
+        ``account``, whose grants then apply, or unchecked when None (the runtime's own)."""
+        self._admitted[hop] = account
+
     def _hello(self, hello: Hello, hop: str) -> list[Out]:
+        account = None
+        if hop in self._admitted and hello.role is Role.CLIENT:
+            account = self._admitted.pop(hop)
+        elif self.guard is not None:
+            try:
+                account = self.guard.admit(hello, self.id)
+            except AuthenticationError as exc:
+                return [(hop, Error(str(exc)))]
         if hello.role is Role.CLIENT:
             name = f"{hello.name}@{self.id}"
             if name in self._names:
                 return [(hop, Error(f"a client named {hello.name!r} is already connected"))]
             self._names.add(name)
-            self._sessions[hop] = Session(hop, name)
+            session = self._sessions[hop] = Session(hop, name, account=account)
+            self.transactions.resume(session, self._now)  # back within the linger
             return [(hop, Welcome(self.id, name))]
         if hello.name == self.id:
             return [(hop, Error(f"broker {self.id} cannot link to itself"))]
         self._peers[hop] = hello.name
         self.routes.brokers.add(hop)
         out = [] if hop in self._hello_sent else self.open_link(hop)
+        out += self.schemas.offer(hop)
         for tree in [*self.trees, *self.archives]:
             if tree.parent != hop and hello.name not in tree.path:
                 out += self._offer_tree(tree, hop)
         return out
 
+    def requires_admin(self, session: Session, action: str, ref: str = "") -> list[Out]:
+        """Nothing if ``session`` may ``action`` (a right of administrators, such as declaring
+        a schema); else the error to send it."""
+        if self.guard is None or session.account is None:
+            return []
+        grants = self.guard.current(session.account)
+        why = admin_refusal(grants, f"user {session.account.name!r}", action)
+        return [] if why is None else [(session.hop, Error(why, ref))]
+
+    def _refused(self, message: Envelope, why: str, session: Session) -> list[Out]:
+        """A request the client's grants do not allow: an error to it, and nothing else; a
+        replay answer that oversteps them ends its request as failed."""
+        out: list[Out] = [(session.hop, Error(why, reference(message)))]
+        out += self.transactions.refused(session, message, why)
+        if isinstance(message, ReplayBatch):
+            end = ReplayEnd(message.request, message.database, 0, why)
+            out += self._ended(self.history.answer(end, session.hop))
+        return out
+
     def _from_client(self, message: Envelope, session: Session) -> list[Out]:
+        over = self.quotas.refusal(message, session)
+        if over is not None:
+            return [(session.hop, over)]
+        if self.guard is not None and session.account is not None:
+            why = self.guard.refusal(message, session.account, self._now)
+            if why is not None:
+                return self._refused(message, why, session)
+        match self.schemas.screen(message):
+            case Error() as refused:
+                aborted = self.transactions.refused(session, message, refused.text)
+                return [(session.hop, refused), *aborted]
+            case Declaration() as declaration:
+                return self.declare_schema(declaration, session)
         match message:
             case Publication():
                 return self._publish(message, session)
@@ -334,8 +420,22 @@ class Broker:
                 return self._durable(message, session)
             case Ack():
                 return self.durables.ack(session.name, message)
+            case Failed() | Exceptions():
+                return self.exceptions.handle(message, session, self._now)
             case Subscription():
                 return self._subscribe(message, session)
+            case Subscribe():
+                return self._subscribe(message.subscription, session, message.visibility)
+            case TxBegin():
+                return self.transactions.begin(session, message, self._now)
+            case TxPublish():
+                pub = _stamped(message.publication, session)
+                tree = self._tree_for(pub, session, strict=True)
+                return self.transactions.publish(session, message, pub, tree, self._now)
+            case TxCommit():
+                return self.transactions.commit(session, message, self._now)
+            case TxAbort():
+                return self.transactions.abort(session, message, self._now)
             case CompositeSubscription():
                 return self._subscribe_composite(message, session)
             case Advertisement():
@@ -347,7 +447,7 @@ class Broker:
             case Query():
                 return [(session.hop, self._query(message.what))]
             case ReplayOffer():
-                return self._offer(message.advertisement, session)
+                return self._offer(message, session)
             case ReplayBatch() | ReplayEnd():
                 return self._ended(self.history.answer(message, session.hop))
             case _:
@@ -361,6 +461,12 @@ class Broker:
                 if tree is None or tree.parent != hop:
                     return []  # along a route left over from an earlier path of the tree
                 return self._deliver(message.publication, message.tree, hop, message.position)
+            case RouteTxPublish():
+                tree = self.trees.get(message.tree)
+                if tree is None or tree.parent != hop:
+                    return []
+                tag = (message.tx, message.outcome)
+                return self._deliver(message.publication, tree.id, hop, message.position, tag)
             case Recover():
                 return self.durables.forward(message, hop)
             case Recovered():
@@ -371,6 +477,8 @@ class Broker:
                     return out
                 tokens = self._route_tokens(message.subscription.id, message.trees)
                 return out + self.settling.wait(tokens, hop, _echo(hop, message.echo))
+            case RouteSchema():
+                return self.schemas.arrive(message, hop, self._peers)
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():
@@ -400,14 +508,31 @@ class Broker:
 
     # -- clients -----------------------------------------------------------------------------
 
+    def declare_schema(self, declaration: Declaration, session: Session) -> list[Out]:
+        """Declare, widen or drop a class's schema for the client of ``session``: every
+        declaration comes here, whatever its form. The client's ``ok`` comes once every
+        reachable broker has it."""
+        verb = "drop" if declaration.attributes is None else "declare"
+        action = f"{verb} the schema of {declaration.class_name}"
+        refused = self.requires_admin(session, action, declaration.ref)
+        if refused:
+            return refused
+        try:
+            schema = self.schemas.declare(declaration)
+        except (SchemaConflict, SchemaLimit) as exc:
+            return [(session.hop, Error(str(exc), declaration.ref))]
+        out, tokens = ([], set()) if schema is None else self.schemas.flood(schema, self._peers)
+        return out + self.settling.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(declaration.ref, inc))
+        )
+
     def _new_id(self) -> str:
         self._counter += 1
         return f"{self.id}#{self._epoch}.{self._counter}"
 
     def _publish(self, pub: Publication, session: Session, guaranteed: bool = False) -> list[Out]:
-        if pub.publisher != session.name:
-            pub = replace(pub, publisher=session.name)
-        tree = self._tree_for(pub, session)
+        pub = _stamped(pub, session)
+        tree = self._tree_for(pub, session, strict=guaranteed)
         if guaranteed:
             if tree is None:
                 why = f"guaranteed publication {pub.id!r} conforms to none of your advertisements"
@@ -428,12 +553,13 @@ class Broker:
             ]
         return self._deliver(pub, tree, session.hop)
 
-    def _tree_for(self, pub: Publication, session: Session) -> str | None:
+    def _tree_for(self, pub: Publication, session: Session, strict: bool = False) -> str | None:
         """The tree of an advertisement of the publisher that ``pub`` conforms to.
 
         Without the conformity check a publication that conforms to none takes the tree of the
         publisher's first advertisement (it reaches the subscriptions routed there only), or,
-        with no advertisement at all, reaches local subscribers only.
+        with no advertisement at all, reaches local subscribers only. Not when ``strict`` (a
+        guaranteed or transactional publication, which must reach every subscriber): None.
         """
         first: str | None = None
         for gid in session.advertisements.values():
@@ -443,15 +569,29 @@ class Broker:
             if conforms(tree.advertisements[gid].filter, pub):
                 return tree.id
             first = first or tree.id
-        return None if self.conformity else first
+        return None if self.conformity or strict else first
 
-    def _subscribe(self, sub: Subscription, session: Session) -> list[Out]:
+    def _subscribe(
+        self,
+        sub: Subscription,
+        session: Session,
+        visibility: Visibility = Visibility.ON_COMMIT,
+    ) -> list[Out]:
         if sub.id in session.subscriptions or sub.id in session.composites:
             return [(session.hop, Error(f"subscription {sub.id!r} already exists", sub.id))]
+        if visibility is not Visibility.ON_COMMIT and sub.filter.window is not None:
+            why = (
+                f"subscription {sub.id!r} has a time window: it sees committed publications "
+                f"only, it cannot have visibility {visibility.value}"
+            )
+            return [(session.hop, Error(why, sub.id))]
+        if visibility is not Visibility.ON_COMMIT:
+            session.visibility[sub.id] = visibility
         gid = session.subscriptions[sub.id] = self._new_id()
         if sub.filter.window is not None:
             return self._watch(Watch(session.hop, sub.id), gid, [(gid, sub.filter)])
         out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
+        out += self.exceptions.resume(session.name, sub.id)
         return self._acknowledged(out, [gid], session.hop, sub.id)
 
     def _durable(self, message: Durable, session: Session) -> list[Out]:
@@ -463,11 +603,16 @@ class Broker:
             return [(session.hop, Error(why, sid))]
         try:
             out, gid = self.durables.attach(
-                session.name, session.hop, message.subscription, message.acked, self._now
+                session.name,
+                session.hop,
+                message.subscription,
+                message.acked,
+                self._now,
+                message.visibility,
             )
         except ValueError as exc:
             return [(session.hop, Error(str(exc), sid))]
-        out = self._tagged(out + self.durables.sync())
+        out = self._tagged(out + self.durables.sync() + self.exceptions.resume(session.name, sid))
         tokens = self._route_tokens(gid) | self.durables.pending(gid)
         return out + self.settling.wait(
             tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc))
@@ -479,10 +624,10 @@ class Broker:
         gid = session.composites[sub.id] = self._new_id()
         if any(flt.window is not None for flt in sub.filters):
             watch = Watch(session.hop, sub.id, network=composite_network(sub, self.limits))
-            filters = [(f"{gid}/{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
+            filters = [(f"{gid}:{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
             return self._watch(watch, gid, filters)
         self.network.add(gid, to_composite(sub))
-        parts = tuple(f"{gid}/{i}" for i in range(len(sub.filters)))
+        parts = tuple(f"{gid}:{i}" for i in range(len(sub.filters)))
         self._composites[gid] = (session.hop, sub.id, parts)
         out: list[Out] = []
         for pid, flt in zip(parts, sub.filters, strict=True):
@@ -491,8 +636,13 @@ class Broker:
 
     def _watch(self, watch: Watch, gid: str, parts: list[tuple[str, Filter]]) -> list[Out]:
         """A subscription with a time window: ask the databases for its past, and route the
-        parts that reach into the future as live subscriptions whose matches go to history."""
-        out = self.history.watch(gid, watch, parts, self._now)
+        parts that reach into the future as live subscriptions whose matches go to history.
+        The past is bounded by the subscriber's history grants, if any (``guard``)."""
+        account = self._sessions[watch.owner].account
+        bounds = {}
+        if self.guard is not None and account is not None:
+            bounds = {pid: self.guard.not_before(account, flt, self._now) for pid, flt in parts}
+        out = self.history.watch(gid, watch, parts, self._now, bounds)
         live = [pid for pid, _ in parts if watch.feeds[pid].live]
         for pid, flt in parts:
             if pid in live:
@@ -517,15 +667,14 @@ class Broker:
                 session = self._sessions.get(hop)
                 if session is None:
                     continue
-                sid = message.subscription
-                gid = session.subscriptions.pop(sid, None) or session.composites.pop(sid, None)
+                gid = session.drop(message.subscription)
                 if gid is not None:
                     self.history.unwatch(gid)
         return outs
 
     def _unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
         sid = unsub.subscription_id
-        gid = session.subscriptions.pop(sid, None) or session.composites.pop(sid, None)
+        gid = session.drop(sid)
         if gid is None and self.durables.has(session.name, sid):
             return [*self.durables.drop(session.name, sid), (session.hop, Ok(sid))]
         if gid is None:
@@ -598,13 +747,14 @@ class Broker:
         self.journal.forget_tree(session.name, aid)
         return [*self._withdraw(gid), (session.hop, Ok(aid))]
 
-    def _offer(self, adv: Advertisement, session: Session) -> list[Out]:
+    def _offer(self, offer: ReplayOffer, session: Session) -> list[Out]:
+        adv = offer.advertisement
         if adv.id in session.advertisements:
             return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
         gid = session.advertisements[adv.id] = self._new_id()
         self._offers[gid] = session.hop
         tree = self.archives.add(
-            Advertisement(gid, adv.filter), gid, session.hop, (self.id,), session.name
+            Advertisement(gid, adv.filter), gid, session.hop, (self.id,), session.name, offer.period
         )
         out = self._tagged(self._offer_tree(tree))
         tokens = self._flood_tokens(gid)
@@ -616,7 +766,7 @@ class Broker:
         """The tree's advertisements, to ``hop`` or flooded to every neighbour."""
         out: list[Out] = []
         for adv in self._flooded(tree):
-            message = RouteAdvertise(adv, tree.id, tree.path, tree.replay)
+            message = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
             out += [(hop, message)] if hop is not None else self._flood(message)
         return out
 
@@ -626,8 +776,8 @@ class Broker:
             self.archives.remove(gid)
             self._forget(gid)
             return self._flood(RouteUnadvertise(gid, gid))
+        out = self._strand(gid)
         local = self._local.pop(gid)
-        out: list[Out] = []
         if local.hidden_by is not None:
             self._local[local.hidden_by].hides.discard(gid)
         else:
@@ -640,6 +790,15 @@ class Broker:
         self._forget(gid)
         self.trees.remove(gid)
         return out + self.routes.tree_shrank(local.tree)
+
+    def _strand(self, gid: str) -> list[Out]:
+        """Abort the open transactions that hold a publication only the local advertisement
+        ``gid`` takes down its tree: once it is withdrawn, their commit would go nowhere."""
+        tree = self.trees.holding(gid)
+        rest = [a.filter for aid, a in tree.advertisements.items() if aid != gid]
+        return self.transactions.withdrawing(
+            tree.id, lambda pub: any(conforms(flt, pub) for flt in rest)
+        )
 
     def _flooded(self, tree: Tree) -> Iterable[Advertisement]:
         """The tree's advertisements that went out (not those hidden here by covering)."""
@@ -661,6 +820,8 @@ class Broker:
                 for tree in [*self.trees, *self.archives]
                 for adv in tree.advertisements.values()
             ]
+        elif what == "schemas":
+            rows = [str(schema) for schema in self.schemas]
         else:
             rows = [
                 f"{r.id} {format_filter(r.sub.filter)} "
@@ -681,8 +842,9 @@ class Broker:
         if tree is not None and tree.parent != hop:
             return []  # the copy from the tree's parent is the one that counts
         path = (*message.path, self.id)
-        tree = trees.add(adv, message.tree, hop, path, message.replay)
-        out = self._flood(RouteAdvertise(adv, tree.id, tree.path, tree.replay), hop)
+        tree = trees.add(adv, message.tree, hop, path, message.replay, message.period)
+        forward = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
+        out = self._flood(forward, hop)
         if message.replay:
             return out
         return out + self.routes.tree_grew(tree.id, adv.filter)
@@ -712,23 +874,51 @@ class Broker:
     # -- publications ------------------------------------------------------------------------
 
     def _deliver(
-        self, pub: Publication, tree: str | None, source: str, position: int = 0
+        self,
+        pub: Publication,
+        tree: str | None,
+        source: str,
+        position: int = 0,
+        tag: Tag | None = None,
     ) -> list[Out]:
-        owners, hops, activations = self.routes.match(pub, tree, source)
+        """Route ``pub`` down ``tree`` and deliver it here; ``tag``: a transaction's, which
+        each subscription sees by its visibility (composite and historic subscriptions see
+        committed ones only)."""
+        committed = tag is None or tag[1] is Outcome.COMMITTED
+        owners, hops, activations = self.routes.match(pub, tree, source, composites=committed)
         out: list[Out] = []
         if tree is not None:
-            message = RoutePublish(pub, tree, position)
+            message: RoutePublish | RouteTxPublish = (
+                RoutePublish(pub, tree, position)
+                if tag is None
+                else RouteTxPublish(pub, tree, tag[0], tag[1], position)
+            )
             out += [(hop, message) for hop in sorted(hops)]
         for gid in owners.pop(DURABLE, ()):
-            out += self.durables.arrived(gid, pub, tree, position)
+            out += self.durables.arrived(gid, pub, tree, position, tag)
         for pid in owners.pop(HISTORY, ()):
-            out += self.history.arrived(pid, pub)
-        out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
+            if committed:
+                out += self.history.arrived(pid, pub)
+        if tag is None:
+            out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
+        else:
+            out += deliveries(pub, owners, tag, self._visibility)
         for activation in activations:
             owner, local_id, _ = self._composites[activation.id]
             facts: tuple[Publication, ...] = activation.facts
             out.append((owner, CompositeNotify(local_id, facts, activation.bindings)))
         return out
+
+    def _visibility(self, hop: str, subscription: str) -> Visibility:
+        session = self._sessions.get(hop)
+        if session is None:
+            return Visibility.ON_COMMIT
+        return session.visibility.get(subscription, Visibility.ON_COMMIT)
+
+
+def _stamped(pub: Publication, session: Session) -> Publication:
+    """``pub`` with its publisher: the client of ``session``, whatever it said."""
+    return pub if pub.publisher == session.name else replace(pub, publisher=session.name)
 
 
 def _echo(hop: str, token: str) -> Callable[[tuple[str, ...]], Out]:

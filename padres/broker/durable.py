@@ -28,6 +28,11 @@ subscription also asks every root it follows again (``refresh``), so that a loss
 revealed is repaired within that time; a recovery still unanswered after ``STALLED`` such
 rounds is asked again too (its answer is then ignored if it comes), so that no tree waits for
 ever on an answer lost on the way.
+
+A transaction's publications (``transactions``) are queued by the subscription's visibility
+(``visibility``), with their transaction and outcome; committed ones are guaranteed
+publications like any other, and keep their transaction through recovery (``Recovered``
+carries it), so that what a subscription sees does not depend on how it came.
 """
 
 from __future__ import annotations
@@ -39,10 +44,11 @@ from typing import Any, Final
 from padres.broker.routes import Out, Routes
 from padres.broker.settle import Settling
 from padres.broker.trees import Trees
-from padres.journal import DurableRecord, Journal
+from padres.broker.visibility import delivery, visible
+from padres.journal import DurableRecord, Journal, Tag
 from padres.matching import matches
 from padres.messages import Publication, Subscription
-from padres.protocol import Ack, Error, Notify, Recover, Recovered
+from padres.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
 
 __all__ = [
     "DURABLE",
@@ -167,27 +173,54 @@ class Durables:
             for d in self._durables.values()
         ]
 
+    def records(self) -> list[DurableRecord]:
+        """The durable subscriptions, as the journal keeps them."""
+        return [d.record for d in self._durables.values()]
+
     def has(self, owner: str, name: str) -> bool:
         return (owner, name) in self._durables
+
+    def hop_of(self, owner: str, name: str) -> str | None:
+        """The hop of the client connected to durable subscription ``name``, if one is."""
+        durable = self._durables.get((owner, name))
+        return None if durable is None else durable.hop
+
+    def acked(self, owner: str, name: str) -> int:
+        """The last delivery of durable subscription ``name`` acknowledged (0 if none)."""
+        durable = self._durables.get((owner, name))
+        return 0 if durable is None else durable.record.acked
 
     # -- the client --------------------------------------------------------------------------
 
     def attach(
-        self, owner: str, hop: str, sub: Subscription, acked: int, now: float
+        self,
+        owner: str,
+        hop: str,
+        sub: Subscription,
+        acked: int,
+        now: float,
+        visibility: Visibility = Visibility.ON_COMMIT,
     ) -> tuple[list[Out], str]:
-        """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``;
-        returns what to send, and the id of its route (to wait for it to settle), or raises
-        ``ValueError`` saying why not."""
+        """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``
+        (seeing transactional publications by ``visibility``); returns what to send, and the
+        id of its route (to wait for it to settle), or raises ``ValueError`` saying why not."""
         durable = self._durables.get((owner, sub.id))
         out: list[Out] = []
         if durable is None:  # new, or forgotten by a broker that lost its journal
-            record = DurableRecord(owner, sub, next=acked + 1, acked=acked, created=now)
+            record = DurableRecord(
+                owner, sub, next=acked + 1, acked=acked, created=now, visibility=visibility
+            )
             durable = self._take(record)
             self.journal.save(durable.record)
             route = Subscription(durable.gid, sub.filter)
             out += self.routes.add_local(route, DURABLE, durable.gid)
         elif durable.record.subscription.filter != sub.filter:
             raise ValueError(f"durable subscription {sub.id!r} exists with another filter")
+        elif durable.record.visibility is not visibility:
+            raise ValueError(
+                f"durable subscription {sub.id!r} exists with visibility "
+                f"{durable.record.visibility.value}, not {visibility.value}"
+            )
         record = durable.record
         durable.hop = hop
         if acked > record.acked:
@@ -242,12 +275,15 @@ class Durables:
         rows = self.journal.queued(durable.record, durable.sent, room)
         if rows:
             durable.sent = rows[-1][0]
-        return [(hop, Notify(pub, (name,), seq)) for seq, pub in rows]
+        return [(hop, delivery(pub, (name,), seq, tag)) for seq, pub, tag in rows]
 
     # -- publications ------------------------------------------------------------------------
 
-    def arrived(self, gid: str, pub: Publication, tree: str | None, position: int) -> list[Out]:
-        """A publication matched the route of durable subscription ``gid``."""
+    def arrived(
+        self, gid: str, pub: Publication, tree: str | None, position: int, tag: Tag | None = None
+    ) -> list[Out]:
+        """A publication (of a transaction: ``tag``) matched the route of durable subscription
+        ``gid``."""
         durable = self._by_gid[gid]
         if position and tree is not None:
             if tree not in durable.contacted or self.trees.get(tree) is None:
@@ -258,20 +294,22 @@ class Durables:
             if position <= cursors.get(tree, 0):
                 return []  # a duplicate
             cursors[tree] = position
-        return self._queue(durable, pub)
+        if tag is not None and not visible(durable.record.visibility, tag[1]):
+            return []
+        return self._queue(durable, pub, tag)
 
-    def _queue(self, durable: _Durable, pub: Publication) -> list[Out]:
+    def _queue(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
         record = durable.record
         seq = record.next
         record.next += 1
-        durable.bytes += self.journal.enqueue(record, seq, pub)
+        durable.bytes += self.journal.enqueue(record, seq, pub, tag)
         durable.queued += 1
         if durable.queued > MAX_QUEUED or durable.bytes > MAX_QUEUED_BYTES:
             self._discard(durable)
         self.journal.save(record)
         if durable.hop is not None and durable.sent == seq - 1 and seq - record.acked <= WINDOW:
             durable.sent = seq
-            return [(durable.hop, Notify(pub, (record.name,), seq))]
+            return [(durable.hop, delivery(pub, (record.name,), seq, tag))]
         return self._pump(durable)
 
     def _discard(self, durable: _Durable) -> None:
@@ -350,15 +388,16 @@ class Durables:
         more = len(rows) == request.limit
         last = rows[-1][0] if more else self.journal.head
         flt = request.subscription.filter
-        found = [(pos, pub) for pos, recent, pub in rows if recent and matches(flt, pub)]
+        found = [(pos, pub, tx) for pos, recent, pub, tx in rows if recent and matches(flt, pub)]
         return Recovered(
             request.request,
             request.tree,
-            tuple(pub for _, pub in found),
-            tuple(pos for pos, _ in found),
+            tuple(pub for _, pub, _ in found),
+            tuple(pos for pos, _, _ in found),
             last,
             more=more,
             lost=lost,
+            transactions=tuple(tx for _, _, tx in found) if any(f[2] for f in found) else (),
         )
 
     def forward(self, request: Recover, hop: str) -> list[Out]:
@@ -396,10 +435,14 @@ class Durables:
             return []
         cursors = durable.record.cursors
         out: list[Out] = []
-        for pos, pub in zip(answer.positions, answer.publications, strict=True):
+        transactions = answer.transactions or ("",) * len(answer.publications)
+        rows = zip(answer.positions, answer.publications, transactions, strict=True)
+        for pos, pub, tx in rows:
             if pos > cursors.get(answer.tree, 0):
                 cursors[answer.tree] = pos
-                out += self._queue(durable, pub)
+                tag = (tx, Outcome.COMMITTED) if tx else None
+                if tag is None or visible(durable.record.visibility, tag[1]):
+                    out += self._queue(durable, pub, tag)
         cursors[answer.tree] = max(cursors.get(answer.tree, 0), answer.head)
         if answer.lost:
             durable.record.discarded += 1

@@ -17,6 +17,7 @@ the past is complete.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
@@ -69,6 +70,8 @@ class Watch:
     local_id: str
     feeds: dict[str, Feed] = field(default_factory=dict)
     """Per filter (the part's overlay-wide id), its feed."""
+    indexes: dict[str, int] = field(default_factory=dict)
+    """Per filter, its place among the composite's parts."""
     network: Network | None = None
     """A composite's own Rete network, fed only with what its feeds pass on."""
     has_past: bool = False
@@ -80,7 +83,7 @@ class Watch:
             out: list[Out] = [(self.owner, Notify(p, (self.local_id,))) for p in pubs]
         else:
             out = []
-            index = int(part.rsplit("/", 1)[1])
+            index = self.indexes[part]
             for pub in pubs:
                 tagged = replace(pub, attributes={**pub.attributes, _PART: index})
                 for activation in self.network.match(tagged).activations:
@@ -159,6 +162,8 @@ class History:
         self.parts: dict[str, str] = {}
         """Part id -> the id of its watch."""
         self._passages: dict[tuple[str, str], _Passage] = {}
+        self._bounds: dict[str, float] = {}
+        """Part id -> the earliest publication time its subscriber may read."""
 
     def is_empty(self) -> bool:
         return not (self.watches or self._passages)
@@ -166,13 +171,20 @@ class History:
     # -- at the requester's broker -----------------------------------------------------------
 
     def watch(
-        self, gid: str, watch: Watch, parts: list[tuple[str, Filter]], now: float
+        self,
+        gid: str,
+        watch: Watch,
+        parts: list[tuple[str, Filter]],
+        now: float,
+        bounds: Mapping[str, float | None] | None = None,
     ) -> list[Out]:
         """Start ``watch`` (stored under ``gid``) for its filters ``parts``; returns the requests
-        to send. Parts whose window does not reach into the past ask nobody."""
+        to send. Parts whose window does not reach into the past ask nobody. ``bounds``: per
+        part, the earliest publication time its subscriber may read (``ReplayRequest``'s
+        ``not_before``); what a database answers from before it is dropped here too."""
         at = datetime.fromtimestamp(now, UTC)
         out: list[Out] = []
-        for pid, flt in parts:
+        for index, (pid, flt) in enumerate(parts):
             window = flt.window
             past = window is not None and (window.start is None or window.start < at)
             live = window is None or window.end is None or window.end > at
@@ -186,12 +198,20 @@ class History:
                     tree = self.archives.get(tid)
                     if tree is None or tree.replay in databases:
                         continue  # one request per database, up its first overlapping offer
+                    if tree.period is not None and not tree.period.meets(window):
+                        continue  # an archive of other times
                     databases.add(tree.replay)
                     deadline = ready_at + self.timeout
                     self._passages[pid, tree.replay] = _Passage("", tree.parent, deadline)
-                    request = ReplayRequest(Subscription(pid, flt), tid, tree.replay, ready_at)
+                    bound = (bounds or {}).get(pid)
+                    request = ReplayRequest(
+                        Subscription(pid, flt), tid, tree.replay, ready_at, not_before=bound
+                    )
+                    if bound is not None:
+                        self._bounds[pid] = bound
                     out.append((tree.parent, request))
             watch.feeds[pid] = Feed(window, databases, live=live, started=at)
+            watch.indexes[pid] = index
             self.parts[pid] = gid
         self.watches[gid] = watch
         return out
@@ -200,6 +220,7 @@ class History:
         watch = self.watches.pop(gid)
         for pid in watch.feeds:
             del self.parts[pid]
+            self._bounds.pop(pid, None)
             for key in [k for k in self._passages if k[0] == pid]:
                 del self._passages[key]
         return watch
@@ -268,7 +289,11 @@ class History:
         watch = self.watches[gid]
         feed = watch.feeds[message.request]
         if isinstance(message, ReplayBatch):
-            pubs = feed.replayed(message.database, message.publications)
+            bound = self._bounds.get(message.request)
+            replayed = message.publications
+            if bound is not None:
+                replayed = tuple(p for p in replayed if p.timestamp.timestamp() >= bound)
+            pubs = feed.replayed(message.database, replayed)
         else:
             pubs = feed.finished(message.database, message.error)
         return watch.deliveries(message.request, pubs) + watch.report()

@@ -192,11 +192,12 @@ class Routes:
     # -- matching ----------------------------------------------------------------------------
 
     def match(
-        self, pub: Publication, tree: str | None, source: str
+        self, pub: Publication, tree: str | None, source: str, *, composites: bool = True
     ) -> tuple[dict[str, list[str]], set[str], list[Activation]]:
         """Who gets ``pub``: local owners with their subscription ids, neighbour hops to
-        forward it to (down ``tree``, never back to ``source``), and composite activations."""
-        result = self.network.match(pub)
+        forward it to (down ``tree``, never back to ``source``), and composite activations
+        (with ``composites`` false, composite subscriptions do not see it at all)."""
+        result = self.network.match(pub) if composites else self.network.peek(pub)
         owners: dict[str, list[str]] = {}
         hops: set[str] = set()
         routes = self._routes

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from padres.accounts import Account
+from padres.protocol import Visibility
+
 __all__ = ["LocalAdvertisement", "Session"]
 
 
@@ -21,6 +24,16 @@ class Session:
     subscriptions: dict[str, str] = field(default_factory=dict)
     composites: dict[str, str] = field(default_factory=dict)
     advertisements: dict[str, str] = field(default_factory=dict)
+    visibility: dict[str, Visibility] = field(default_factory=dict)
+    """Subscriptions that see transactional publications otherwise than ``on_commit``."""
+    account: Account | None = None
+    """The account it authenticated as (None on a broker without accounts)."""
+
+    def drop(self, subscription: str) -> str | None:
+        """Forget the subscription (plain or composite) and its visibility: its overlay-wide
+        id, None if there is none."""
+        self.visibility.pop(subscription, None)
+        return self.subscriptions.pop(subscription, None) or self.composites.pop(subscription, None)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from padres.messages import Advertisement, Filter
+from padres.protocol import Span
 from padres.relations import overlaps
 
 __all__ = ["Tree", "Trees"]
@@ -35,6 +36,8 @@ class Tree:
     advertisements: dict[str, Advertisement] = field(default_factory=dict)
     replay: str = ""
     """For a tree of replay offers: the database offering them."""
+    period: Span | None = None
+    """For a tree of replay offers: the publication times they hold (any when None)."""
 
 
 class Trees:
@@ -73,11 +76,12 @@ class Trees:
         parent: str,
         path: tuple[str, ...],
         replay: str = "",
+        period: Span | None = None,
     ) -> Tree:
         """Record ``adv`` in its tree, creating the tree with ``parent`` if it is new."""
         tree = self._trees.get(tree_id)
         if tree is None:
-            tree = self._trees[tree_id] = Tree(tree_id, parent, path, replay=replay)
+            tree = self._trees[tree_id] = Tree(tree_id, parent, path, replay=replay, period=period)
         tree.advertisements[adv.id] = adv
         self._tree_of[adv.id] = tree_id
         self._by_class.setdefault(adv.filter.class_name, {})[adv.id] = adv

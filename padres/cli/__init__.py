@@ -7,7 +7,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from padres.cli import archive, bench, broker, client, db, match, parse, run
+from padres.cli import (
+    archive,
+    bench,
+    broker,
+    client,
+    db,
+    exceptions,
+    match,
+    parse,
+    run,
+    schema,
+    user,
+)
 from padres.errors import PadresError
 
 __all__ = ["main"]
@@ -24,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     match.register(commands)
     broker.register(commands)
     client.register(commands)
+    exceptions.register(commands)
+    schema.register(commands)
     db.register(commands)
     archive.register(commands)
     bench.register(commands)
     run.register(commands)
+    user.register(commands)
     return parser
 
 

@@ -4,12 +4,14 @@ and offer it to the brokers for replay (see ``docs/archives.md``)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, InvalidMessage, ParseError
 from padres.parser import parse_filter
@@ -90,6 +92,7 @@ def register(commands: Any) -> None:
     s.add_argument("--broker", default=DEFAULT_BROKER, metavar="URL", help="broker URL")
     _common(s)
     s.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_credential_options(s, "the node")
     s.set_defaults(run=run_serve)
 
 
@@ -225,9 +228,11 @@ async def _serve(args: argparse.Namespace) -> int:
     async with contextlib.AsyncExitStack() as stack:
         archive = Archive(args.archive, args.catalog)
         stack.callback(archive.close)
-        client = await attach(stack, args.broker, args.id)
+        client = await attach(stack, args.broker, args.id, credentials(args))
         node = ArchiveNode(args.id, client, archive)
         stack.push_async_callback(node.stop)
         await node.start()
+        watching = asyncio.get_running_loop().create_task(node.watch())
+        stack.callback(watching.cancel)
         await until_stopped()
     return 0

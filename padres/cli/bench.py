@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from padres.bench import guaranteed, match, network, overlay, parse
+from padres.bench import fuzz, guaranteed, match, network, overlay, parse
 from padres.broker import Covering
 
 
@@ -57,13 +57,13 @@ def register(commands: Any) -> None:
     g.add_argument("--rate", type=float, default=2_000, help="publications per second, recovery")
     g.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     g.set_defaults(run=run_guaranteed)
-    h = benches.add_parser("history", help="historic store: ingest rate and a 1% query")
+    h = benches.add_parser("history", help="historic store: ingest rate and a 1%% query")
     h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
     _data_and_json(h)
     h.set_defaults(run=run_history)
     r = benches.add_parser(
-        "replay", help="historic path: a database node's ingest and a 1% replay via a broker"
+        "replay", help="historic path: a database node's ingest and a 1%% replay via a broker"
     )
     r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     r.add_argument("--rate", type=float, default=100_000, help="publishing rate cap, per second")
@@ -91,6 +91,14 @@ def register(commands: Any) -> None:
     e.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
     _data_and_json(e)
     e.set_defaults(run=run_peers)
+    f = benches.add_parser(
+        "fuzz", help="a broker under bad frames from one connection, a client served beside it"
+    )
+    f.add_argument("--seconds", type=float, default=60.0, help="how long the fuzzer sends")
+    f.add_argument("--seed", type=int, default=1)
+    f.add_argument("--broker", metavar="URL", help="fuzz this broker (default: start one)")
+    f.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    f.set_defaults(run=run_fuzz)
 
 
 def run_parse(args: argparse.Namespace) -> int:
@@ -169,6 +177,12 @@ def run_peers(args: argparse.Namespace) -> int:
     )
     _show(args, result, peers.report)
     return 0
+
+
+def run_fuzz(args: argparse.Namespace) -> int:
+    result = fuzz.run(args.seconds, args.seed, args.broker)
+    _show(args, result, fuzz.report)
+    return 1 if result["violations"] else 0
 
 
 def _show(args: argparse.Namespace, result: dict[str, Any], report: Callable[..., str]) -> None:

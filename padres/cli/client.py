@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import orjson
+from msgspec.structs import replace
 
 from padres.batch import BatchReader
+from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.inputs import read_lines
 from padres.client import Client, Delivery
-from padres.errors import CommandError, ConnectionLost, ParseError, RequestFailed
+from padres.errors import (
+    AuthenticationError,
+    CommandError,
+    ConnectionLost,
+    ParseError,
+    RequestFailed,
+)
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
@@ -25,7 +34,7 @@ from padres.messages import (
     Unsubscribe,
 )
 from padres.printer import format_filter, format_message
-from padres.protocol import CompositeNotify, Error, envelope_to_dict
+from padres.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
 from rete.operators import Op
 
 SHELL_HELP = """commands (PADRES' own):
@@ -34,6 +43,8 @@ SHELL_HELP = """commands (PADRES' own):
   ua ID           unadvertise           us ID           unsubscribe
   printsubs       the broker's subscription routing table
   printadvs       the broker's advertisement table
+  printschemas    the schemas of typed classes the broker knows (declare one with
+                  p [class,'SCHEMA'],[of,'CLASS'],[attributes,'NAME:TYPE NAME:TYPE? ...'])
   batch FILE      run a batch file      help, quit"""
 
 
@@ -57,6 +68,12 @@ def register(commands: Any) -> None:
         action="store_true",
         help="guaranteed delivery: exit once the broker has every publication on disk",
     )
+    p.add_argument(
+        "--transaction",
+        action="store_true",
+        help="publish them all in one transaction: subscribers see all of them or none; exit "
+        "once it is committed (docs/transactions.md)",
+    )
     p.set_defaults(run=run_pub)
 
     s = commands.add_parser("sub", help="subscribe and print what arrives")
@@ -71,12 +88,32 @@ def register(commands: Any) -> None:
         help="a durable subscription: the broker keeps what it matches while this client is "
         "away; run again with the same --name and --durable to resume",
     )
+    s.add_argument(
+        "--visibility",
+        choices=[v.value for v in Visibility],
+        default=Visibility.ON_COMMIT.value,
+        help="which publications of transactions to print: on_commit (committed ones, the "
+        "default), immediate (each at once, then its outcome), on_abort (aborted ones)",
+    )
     s.set_defaults(run=run_sub)
 
 
 def _connection_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--broker", default="ws://127.0.0.1:8001", help="broker URL, ws://host:port")
-    p.add_argument("--name", default=None, help="client name (default: the command's name)")
+    p.add_argument(
+        "--broker",
+        default="ws://127.0.0.1:8001",
+        help="broker URL, ws://host:port (wss:// for TLS)",
+    )
+    p.add_argument(
+        "--name", default=None, help="client name (default: the user, else the command's name)"
+    )
+    p.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="for a wss:// broker: PEM file of the CA certificates its certificate is checked "
+        "against (default: the system's trusted authorities)",
+    )
+    add_credential_options(p)
 
 
 def _format(delivery: Delivery, as_json: bool) -> str:
@@ -86,7 +123,10 @@ def _format(delivery: Delivery, as_json: bool) -> str:
         pubs = " ; ".join(format_message(p) for p in delivery.publications)
         bound = ",".join(f"${k}={v!r}" for k, v in sorted(delivery.bindings.items()))
         return f"{delivery.subscription} {bound} <- {pubs}"
-    return f"{','.join(delivery.subscriptions)} <- {format_message(delivery.publication)}"
+    line = f"{','.join(delivery.subscriptions)} <- {format_message(delivery.publication)}"
+    if isinstance(delivery, TxNotify):
+        line += f"  ({delivery.outcome.value} in {delivery.tx})"
+    return line
 
 
 async def _connect(
@@ -100,10 +140,20 @@ async def _connect(
         if refused is not None:
             refused.append(error)
 
-    client = Client(args.broker, args.name or default_name, on_error=report, reconnect=reconnect)
+    given = credentials(args)
+    client = Client(
+        args.broker,
+        args.name or given.user or default_name,
+        on_error=report,
+        reconnect=reconnect,
+        user=given.user,
+        password=given.password,
+        token=given.token,
+        tls_ca=args.tls_ca,
+    )
     try:
         return await client.connect()
-    except (ConnectionLost, RequestFailed, TimeoutError) as exc:
+    except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
         raise CommandError(f"cannot connect to {args.broker}: {exc}") from None
 
 
@@ -150,8 +200,16 @@ async def _pub(args: argparse.Namespace) -> int:
         filters = [a.filter for a in advs if isinstance(a, Advertisement)]
         for flt in filters or _derived_advertisements(pubs):
             await client.advertise(flt)
-        for start in range(0, len(pubs), 500):
-            await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
+        if args.transaction:
+            async with client.transaction() as tx:
+                for pub in pubs:  # with ids of this run: the broker keeps them
+                    await tx.publish(dict(pub.attributes))
+        else:
+            if args.guaranteed:  # the broker takes an id it has seen from this name as a resend
+                run = secrets.token_hex(4)
+                pubs = [replace(p, id=f"{p.id}.{run}") for p in pubs]
+            for start in range(0, len(pubs), 500):
+                await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
         await client.flush()
         await client.query("advertisements")  # a round trip: everything before it was read
     except RequestFailed as exc:
@@ -186,12 +244,17 @@ async def _sub(args: argparse.Namespace) -> int:
     try:
         if isinstance(message, CompositeSubscription) and args.durable:
             raise CommandError("a composite subscription cannot be durable")
+        visibility = Visibility(args.visibility)
+        if isinstance(message, CompositeSubscription) and visibility is not Visibility.ON_COMMIT:
+            raise CommandError("a composite subscription sees committed publications only")
         if isinstance(message, CompositeSubscription):
             handle = await client.subscribe_composite(message)
         elif isinstance(message, Subscription) and args.durable:
-            handle = await client.subscribe(message.filter, durable=args.durable)
+            handle = await client.subscribe(
+                message.filter, durable=args.durable, visibility=visibility
+            )
         elif isinstance(message, Subscription):
-            handle = await client.subscribe(message.filter, id=message.id)
+            handle = await client.subscribe(message.filter, id=message.id, visibility=visibility)
         else:  # pragma: no cover - parse_line returned what was asked
             raise CommandError("not a subscription")
         print(f"subscribed {handle.id} at {client.broker}", file=sys.stderr, flush=True)
@@ -251,14 +314,20 @@ async def _shell(args: argparse.Namespace) -> int:
     return 0
 
 
+_TABLES: Final = {
+    "printsubs": "subscriptions",
+    "printadvs": "advertisements",
+    "printschemas": "schemas",
+}
+
+
 async def _shell_line(client: Client, reader: BatchReader, line: str) -> None:
     word = line.split(maxsplit=1)[0] if line else ""
     try:
         if word == "help":
             print(SHELL_HELP)
-        elif word in ("printsubs", "printadvs"):
-            what = "subscriptions" if word == "printsubs" else "advertisements"
-            for row in await client.query(what):
+        elif word in _TABLES:
+            for row in await client.query(_TABLES[word]):
                 print(row)
         elif word == "batch":
             path = line.split(maxsplit=1)[1] if " " in line else ""

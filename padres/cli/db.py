@@ -6,6 +6,7 @@ import argparse
 import contextlib
 from typing import Any
 
+from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, ParseError
 from padres.parser import parse_filter
@@ -33,7 +34,14 @@ def register(commands: Any) -> None:
         metavar="SPEC",
         help="store (and offer to replay) what this filter matches from the start; repeatable",
     )
+    p.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="for a wss:// broker: PEM file of the CA certificates its certificate is checked "
+        "against (default: the system's trusted authorities)",
+    )
     p.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_credential_options(p, "the node")
     p.set_defaults(run=run)
 
 
@@ -64,7 +72,7 @@ async def _serve(args: argparse.Namespace) -> int:
     async with contextlib.AsyncExitStack() as stack:
         store = Store(args.url or f"sqlite:///{args.id}.sqlite")
         stack.callback(store.close)
-        client = await attach(stack, broker, args.id)
+        client = await attach(stack, broker, args.id, credentials(args), args.tls_ca)
         node = DatabaseNode(args.id, client, store)
         stack.push_async_callback(node.stop)
         await node.start()

@@ -30,7 +30,7 @@ def read_lines(path: str) -> Iterator[str]:
     """The lines of a UTF-8 text file (``-`` for standard input), with clear errors."""
     try:
         if path == "-":
-            yield from _checked(sys.stdin, "<stdin>")
+            yield from _checked(_stdin(), "<stdin>")
             return
         with open(path, encoding="utf-8") as handle:
             yield from _checked(handle, path)
@@ -42,10 +42,21 @@ def read_lines(path: str) -> Iterator[str]:
         raise CommandError(f"{path}: permission denied") from None
 
 
+def _stdin() -> Iterable[str]:
+    """The lines of standard input as strict UTF-8, whatever the locale: invalid bytes are an
+    error, not characters standing for them (as Python's C and POSIX locales make them)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # replaced by a text stream (in tests): its text is text already
+        return sys.stdin
+    return (line.decode("utf-8") for line in buffer)
+
+
 def _checked(lines: Iterable[str], name: str) -> Iterator[str]:
     lineno = 0
     try:
         for lineno, line in enumerate(lines, 1):  # noqa: B007 - lineno is read in the handler
             yield line
     except UnicodeDecodeError as exc:
-        raise CommandError(f"{name}: not UTF-8 text after line {lineno} ({exc.reason})") from None
+        raise CommandError(
+            f"{name}: not UTF-8 text near line {lineno + 1} ({exc.reason})"
+        ) from None

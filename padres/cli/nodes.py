@@ -10,20 +10,37 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
+from padres.accounts import Credentials
 from padres.cli.logs import setup_logging
 from padres.client import Client
-from padres.errors import CommandError, ConnectionLost, RequestFailed
+from padres.errors import AuthenticationError, CommandError, ConnectionLost, RequestFailed
 
 __all__ = ["attach", "run_node", "until_stopped"]
 
 
-async def attach(stack: contextlib.AsyncExitStack, url: str, name: str) -> Client:
+async def attach(
+    stack: contextlib.AsyncExitStack,
+    url: str,
+    name: str,
+    credentials: Credentials | None = None,
+    tls_ca: str | None = None,
+) -> Client:
     """A client named ``name`` of the broker at ``url``, dialling again whenever the link is
-    lost; closed with ``stack``. The first dial must work: ``CommandError`` says why not."""
-    client = Client(url, name, reconnect=True)
+    lost; closed with ``stack``. The first dial must work: ``CommandError`` says why not.
+    ``tls_ca``: the CA file a ``wss://`` broker is checked against."""
+    given = credentials or Credentials()
+    client = Client(
+        url,
+        name,
+        reconnect=True,
+        user=given.user,
+        password=given.password,
+        token=given.token,
+        tls_ca=tls_ca,
+    )
     try:
         await client.connect()
-    except (ConnectionLost, RequestFailed, TimeoutError) as exc:
+    except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
         raise CommandError(f"cannot connect to {url}: {exc}") from None
     stack.push_async_callback(client.close)
     return client

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import math
 import os
 import socket
+import ssl
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -45,18 +47,22 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from padres.backoff import Backoff
 from padres.broker import Broker, Out
-from padres.errors import DecodeError
+from padres.errors import AuthenticationError, DecodeError
 from padres.protocol import (
     MAX_FRAME_BYTES,
+    MAX_FRAME_MESSAGES,
     Envelope,
     Error,
     Hello,
+    Query,
     Rejected,
     Role,
     decode_frame,
     websocket_url,
 )
-from padres.runtime.outbox import Outbox, encode
+from padres.runtime.outbox import Outbox, QueueStatistics, combined, encode
+from padres.runtime.rate import Rate
+from padres.tls import ServerTLS, client_context, secure
 
 __all__ = ["EXTENSIONS", "BrokerNode", "Limits", "Observer"]
 
@@ -69,6 +75,10 @@ SOCKET_BUFFER: Final = 256 * 1024
 a pong (the kernel doubles it)."""
 LINK_FRAMES: Final = 4
 """Frames a dialled link buffers before it stops reading from the socket."""
+SLICE: Final = 0.02
+"""Seconds of core time a frame takes before the node serves other connections."""
+ERROR_TEXT: Final = 1000
+"""Characters of an exception's text that an ``error`` reply quotes at most."""
 EXTENSIONS: Final = "padres.node"
 """Entry-point group of the packages that extend every broker node (the web API registers
 ``web:install`` there): each is called with the node before it serves."""
@@ -91,6 +101,15 @@ class Limits:
     until every link queue holds less than half of it."""
     evict_after: float = 5.0
     """Seconds a client may stay over its queue limit before it is disconnected."""
+    frame_bytes: int = MAX_FRAME_BYTES
+    """Bytes of a frame beyond which it is refused, unread (four times more closes the
+    connection: the WebSocket layer does not take it in)."""
+    frame_messages: int = MAX_FRAME_MESSAGES
+    """Messages of a client's frame beyond which it is refused (a neighbour's frames are
+    bounded in bytes only: a link loses nothing)."""
+    queries_per_second: float = 10.0
+    """Queries of its tables a connection may make a second (each costs time in proportion to
+    the tables); more are refused."""
 
 
 class _Keepalive(WebSocketsSansIOProtocol):
@@ -122,11 +141,22 @@ class BrokerNode:
         neighbors: Sequence[str] = (),
         heartbeat: float = 5.0,
         limits: Limits | None = None,
+        tls: ServerTLS | None = None,
+        tls_ca: str | None = None,
     ) -> None:
+        """``tls``: serve ``wss://`` (and the web API ``https://``) with this certificate;
+        ``tls_ca``: the CA file that ``wss://`` neighbours' certificates are checked against
+        (the system's trusted authorities if None)."""
         self.broker = broker
         self.neighbors = [websocket_url(n) for n in neighbors]
         self.heartbeat = heartbeat
         self.limits = limits or Limits()
+        self.tls = tls
+        if tls is not None:
+            tls.context()  # refuses unusable files now, not once serving
+        self._dial_tls = (
+            client_context(tls_ca) if tls_ca or any(map(secure, self.neighbors)) else None
+        )
         self.started = time.time()
         self.received = 0
         self.rejected = 0
@@ -137,9 +167,11 @@ class BrokerNode:
         self._links: set[str] = set()
         """Hops of neighbour brokers (their outboxes are link queues)."""
         self._heard: dict[str, float] = {}
+        self._query_rates: dict[str, Rate] = {}
+        """How often each connection may query the tables."""
         """When a frame last came from each dialled link (``time.monotonic()``)."""
-        self._departed: Counter[str] = Counter()
-        """Counts of the outboxes of connections that are gone."""
+        self._departed = QueueStatistics()
+        """What the queues of connections gone since the start sent and dropped."""
         self._reading = asyncio.Event()
         self._reading.set()
         self._hops = count(1)
@@ -156,7 +188,8 @@ class BrokerNode:
     # -- serving -----------------------------------------------------------------------------
 
     def _build_app(self) -> FastAPI:
-        app = FastAPI(title=f"padres broker {self.broker.id}")
+        # The web extension serves /docs from its own files (no CDN).
+        app = FastAPI(title=f"padres broker {self.broker.id}", docs_url=None, redoc_url=None)
 
         @app.websocket("/ws")
         async def session(ws: WebSocket) -> None:
@@ -173,9 +206,7 @@ class BrokerNode:
 
     def status(self) -> dict[str, Any]:
         b = self.broker
-        totals = Counter(self._departed)
-        for box in self._boxes.values():
-            totals.update(box.counts())
+        totals = combined([self._departed, *(box.statistics() for box in self._boxes.values())])
         return {
             "broker": b.id,
             "pid": os.getpid(),
@@ -186,15 +217,12 @@ class BrokerNode:
             "subscriptions": len(b.routes),
             "received": self.received,
             "rejected": self.rejected,
-            "queued": sum(len(box) for box in self._boxes.values()),
-            "queued_bytes": sum(box.size for box in self._boxes.values()),
-            "sent": totals["sent"],
-            "frames": totals["frames"],
-            "dropped": totals["dropped"],
-            "dropped_bytes": totals["dropped_bytes"],
+            **totals._asdict(),
             "evicted": self.evicted,
             "paused": self.paused,
             "durables": b.durables.statistics(),
+            "exceptions": b.exceptions.queues(),
+            "transactions": b.transactions.statistics(),
         }
 
     async def serve(
@@ -206,15 +234,18 @@ class BrokerNode:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _small_buffers(sock)  # accepted connections inherit them
         sock.bind((host, port))
+        self._announce_security(host)
         config = uvicorn.Config(
             self.app,
             log_level="warning",
             ws=_Keepalive,
-            ws_max_size=4 * MAX_FRAME_BYTES,
+            ws_max_size=4 * self.limits.frame_bytes,
             ws_ping_interval=self.heartbeat,
             ws_ping_timeout=2 * self.heartbeat,
             ws_per_message_deflate=False,  # compressing costs more CPU than it saves here
             lifespan="off",
+            ssl_certfile=self.tls.cert if self.tls else None,
+            ssl_keyfile=self.tls.key if self.tls else None,
         )
         self._server = uvicorn.Server(config)
         bound = sock.getsockname()[1]
@@ -240,6 +271,31 @@ class BrokerNode:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
 
+    def _announce_security(self, host: str) -> None:
+        """Say in the log who may use this broker: loudly, if anyone who reaches it may."""
+        guard = self.broker.guard
+        if guard is not None:
+            log.info(
+                "%s: %d accounts from %s: clients and neighbours must authenticate",
+                self.broker.id,
+                len(guard.accounts),
+                guard.accounts.path,
+            )
+        elif _loopback(host):
+            log.info(
+                "%s: no accounts file: every client may do anything (listening on loopback "
+                "only; see docs/security.md)",
+                self.broker.id,
+            )
+        else:
+            log.warning(
+                "%s: SECURITY WARNING: listening on %s without an accounts file: anyone who "
+                "can reach this port may read, publish and control everything, and join the "
+                "overlay as a broker; give --accounts (docs/security.md)",
+                self.broker.id,
+                host,
+            )
+
     def _extend(self) -> None:
         """Let the installed extensions (``EXTENSIONS``) add to this node, once."""
         if self._extended:
@@ -252,6 +308,8 @@ class BrokerNode:
         while True:
             await asyncio.sleep(TICK)
             try:
+                if self.broker.guard is not None:
+                    self.broker.guard.accounts.refresh()
                 self._dispatch(self.broker.tick(time.time()))
                 self._evict_laggards()
             except Exception:
@@ -297,12 +355,7 @@ class BrokerNode:
         """Every connection's queue now: hop -> its counts, bytes and messages queued, and
         whether it is a link to a neighbour."""
         return {
-            hop: {
-                **box.counts(),
-                "queued": len(box),
-                "queued_bytes": box.size,
-                "link": hop in self._links,
-            }
+            hop: {**box.statistics()._asdict(), "link": hop in self._links}
             for hop, box in self._boxes.items()
         }
 
@@ -335,15 +388,19 @@ class BrokerNode:
             event = await ws.receive()
             if event["type"] == "websocket.disconnect":
                 return
-            self.receive(hop, event.get("bytes") or event.get("text") or b"")
+            data = event.get("bytes") or event.get("text") or b""
+            await self._authenticate(hop, data)
+            await self.receive(hop, data)
 
     async def _hang_up(self, hop: str) -> None:
         box = self._boxes.pop(hop, None)
         self._links.discard(hop)
         self._heard.pop(hop, None)
+        self._query_rates.pop(hop, None)
         self._dispatch(self.broker.close(hop))
         if box is not None:
-            self._departed.update(box.counts())
+            gone = box.statistics()._replace(queued=0, queued_bytes=0)
+            self._departed = combined([self._departed, gone])
             await box.close()
 
     def _evict_laggards(self) -> None:
@@ -387,14 +444,17 @@ class BrokerNode:
                     url,
                     ping_interval=None,  # the node's own keepalive (see _keepalive)
                     max_queue=LINK_FRAMES,
-                    max_size=4 * MAX_FRAME_BYTES,
+                    max_size=4 * self.limits.frame_bytes,
                     open_timeout=10,
                     close_timeout=self.heartbeat,
                     compression=None,
+                    ssl=self._dial_tls if secure(url) else None,
                 ) as ws:
                     log.info("%s: linked to %s", self.broker.id, url)
                     backoff.reset()
                     await self._serve_link(ws)
+            except ssl.SSLError as exc:  # a certificate that does not verify, say
+                log.warning("%s: link to %s refused: %s", self.broker.id, url, exc)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
                 log.info("%s: link to %s: %s", self.broker.id, url, exc or type(exc).__name__)
             except InvalidURI as exc:
@@ -419,7 +479,8 @@ class BrokerNode:
     async def _read_link(self, ws: ClientConnection, hop: str) -> None:
         async for data in ws:
             self._heard[hop] = time.monotonic()
-            self.receive(hop, data)
+            await self._authenticate(hop, data)
+            await self.receive(hop, data)
 
     async def _keepalive(self, ws: ClientConnection, hop: str) -> None:
         """Ping the neighbour every heartbeat; close the link once neither the pong nor any
@@ -440,36 +501,78 @@ class BrokerNode:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def receive(self, hop: str, data: bytes | str) -> None:
+    async def receive(self, hop: str, data: bytes | str) -> None:
         """One frame from ``hop``: decode, hand every message to the core, send the results.
 
-        Whatever goes wrong costs this frame at most: it is logged, and the connection goes on.
+        A frame whose messages take the core long is handled in slices of about ``SLICE``
+        seconds, other connections served in between (the next frame of ``hop`` waits), and
+        they are served after every frame too: reading the next frame from a busy peer's
+        buffer would not let them. Whatever goes wrong costs this frame at most: it is logged,
+        and the connection goes on.
         """
         try:
-            self._receive(hop, data)
+            items = self._decode(hop, data)
+            done = 0
+            while done < len(items) and hop in self._boxes:
+                done = self._submit(hop, items, done, SLICE)
+                if done < len(items):
+                    await asyncio.sleep(0)
         except Exception:
             log.exception("%s: failed on a frame from %s", self.broker.id, hop)
+        await asyncio.sleep(0)
 
-    def _receive(self, hop: str, data: bytes | str) -> None:
+    def _decode(self, hop: str, data: bytes | str) -> Sequence[Envelope | Rejected]:
+        """The messages of a frame; none, and an ``error`` to ``hop``, if it is refused."""
         try:
-            items = decode_frame(data)
+            items = decode_frame(data, max_bytes=self.limits.frame_bytes)
         except DecodeError as exc:
             self.rejected += 1
             self._dispatch([(hop, Error(f"frame refused: {exc}"))])
-            return
-        self.submit(hop, items)
+            return []
+        if len(items) > self.limits.frame_messages and hop not in self._links:
+            self.rejected += 1
+            why = (
+                f"frame refused: it holds {len(items):,} messages; the limit is "
+                f"{self.limits.frame_messages:,} (send them in several frames)"
+            )
+            self._dispatch([(hop, Error(why))])
+            return []
+        return items
 
     def submit(self, hop: str, items: Sequence[Envelope | Rejected]) -> None:
         """Hand the core the messages of one frame from ``hop``, in order, and send what it
         answers."""
+        self._submit(hop, items, 0, math.inf)
+
+    def _submit(
+        self, hop: str, items: Sequence[Envelope | Rejected], first: int, budget: float
+    ) -> int:
+        """Hand the core ``items[first:]`` until ``budget`` seconds have passed (one message
+        at least), send what it answers, and return the index of the first message left."""
         now = time.time()
         outs: list[Out] = []
-        for item in items:
+        until = time.perf_counter() + budget
+        left = len(items)
+        for index in range(first, len(items)):
+            if index > first and time.perf_counter() > until:
+                left = index
+                break
+            item = items[index]
+            if isinstance(item, Query) and not self._may_query(hop):
+                self.rejected += 1
+                why = (
+                    f"query refused: at most {self.limits.queries_per_second:g} queries a second "
+                    "per connection"
+                )
+                outs.append((hop, Error(why, f"?{item.what}")))
+                continue
             if isinstance(item, Rejected):
                 self.rejected += 1
                 outs.append((hop, Error(f"message refused: {item.error}", item.ref)))
                 continue
             self.received += 1
+            if isinstance(item, Error) and not self.broker.greeted(hop):
+                log.warning("%s: %s refused the connection: %s", self.broker.id, hop, item.text)
             try:
                 started = time.perf_counter()
                 handled = self.broker.handle(item, hop, now)
@@ -479,10 +582,47 @@ class BrokerNode:
                     observe(hop, item, handled, took)
             except Exception as exc:  # a bug must cost one message, not the broker
                 log.exception("%s: failed on a message from %s", self.broker.id, hop)
-                outs.append((hop, Error(f"internal error: {type(exc).__name__}: {exc}")))
+                why = f"internal error: {type(exc).__name__}: {exc}"
+                outs.append((hop, Error(why[:ERROR_TEXT])))
             if isinstance(item, Hello) and item.role is Role.BROKER:
                 self._promote(hop)
         self._dispatch(outs)
+        if self.broker.guard is not None and not self.broker.greeted(hop) and hop in self._boxes:
+            # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
+            refusal = next((m for h, m in outs if h == hop and isinstance(m, Error)), None)
+            if refusal is not None:
+                log.warning("%s: refused %s: %s", self.broker.id, hop, refusal.text)
+            self._boxes[hop].fail(1008, "not authenticated", refusal)
+        return left
+
+    async def _authenticate(self, hop: str, data: bytes | str) -> None:
+        """Before a frame of a connection not yet accepted goes to the core: its ``hello``'s
+        password checked off the event loop (``verify``)."""
+        if self.broker.guard is None or self.broker.greeted(hop):
+            return
+        try:
+            items = decode_frame(data)
+        except DecodeError:
+            return
+        for item in items:
+            if isinstance(item, Hello):
+                await self.verify(item)
+
+    async def verify(self, hello: Hello) -> None:
+        """Check the password of ``hello`` on a worker thread, so that the core, which checks
+        it again when it gets the ``hello``, finds the verdict remembered (see ``Accounts``):
+        argon2 takes tens of milliseconds, which the event loop must not wait. An attached
+        connection (``attach``) calls this before it submits its ``hello``."""
+        guard = self.broker.guard
+        if guard is not None and hello.user and hello.password:
+            with contextlib.suppress(AuthenticationError):
+                await asyncio.to_thread(guard.accounts.authenticate, hello.user, hello.password)
+
+    def _may_query(self, hop: str) -> bool:
+        rate = self._query_rates.get(hop)
+        if rate is None:
+            rate = self._query_rates[hop] = Rate(self.limits.queries_per_second)
+        return rate.allow()
 
     def _promote(self, hop: str) -> None:
         """A broker's ``hello`` on an accepted connection: once the core has taken it as a
@@ -505,6 +645,15 @@ class BrokerNode:
             if not box.put(data) and box.droppable and box.dropped == 1:
                 log.warning("%s: %s is too slow: dropping what it cannot take", self.broker.id, hop)
         self._check_flow()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _small_buffers(sock: socket.socket) -> None:

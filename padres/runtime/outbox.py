@@ -20,18 +20,36 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, NamedTuple
 
 from padres.protocol import Envelope, Error
 from padres.wire import encode
 
-__all__ = ["FRAME_BYTES", "GRACE", "Outbox", "encode"]
+__all__ = ["FRAME_BYTES", "GRACE", "Outbox", "QueueStatistics", "combined", "encode"]
 
 FRAME_BYTES: Final = 256 * 1024
 """A frame holds messages up to this many bytes (a larger message goes alone)."""
 GRACE: Final = 10.0
 """Seconds a connection given up on has to take its last message and close frame."""
+
+
+class QueueStatistics(NamedTuple):
+    """A queue's figures, or the sum of several (``combined``): what waits in it now, and what
+    was sent or dropped since it opened."""
+
+    queued: int = 0
+    queued_bytes: int = 0
+    sent: int = 0
+    frames: int = 0
+    dropped: int = 0
+    dropped_bytes: int = 0
+
+
+def combined(statistics: Iterable[QueueStatistics]) -> QueueStatistics:
+    """The sum of ``statistics``."""
+    columns = zip(QueueStatistics(), *statistics, strict=True)
+    return QueueStatistics(*(sum(column) for column in columns))
 
 
 class Outbox:
@@ -105,13 +123,10 @@ class Outbox:
         """Seconds the current episode of losses has lasted (0 when there is none)."""
         return 0.0 if self._over_since is None else time.monotonic() - self._over_since
 
-    def counts(self) -> dict[str, int]:
-        return {
-            "sent": self.sent,
-            "frames": self.frames,
-            "dropped": self.dropped,
-            "dropped_bytes": self.dropped_bytes,
-        }
+    def statistics(self) -> QueueStatistics:
+        return QueueStatistics(
+            len(self._queue), self.size, self.sent, self.frames, self.dropped, self.dropped_bytes
+        )
 
     def discard(self) -> None:
         """Drop everything queued (it is counted as dropped)."""

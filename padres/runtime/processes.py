@@ -123,7 +123,7 @@ class BrokerProcess(_Child):
         options: Sequence[str] = (),
         log: IO[bytes] | None = None,
     ) -> None:
-        super().__init__(f"broker {broker_id}", r"listening on (ws://\S+)", log)
+        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log)
         self.id = broker_id
         self.port = port
         self.neighbors = list(neighbors)

@@ -5,6 +5,15 @@ import cytoscape from "./cytoscape.esm.min.mjs";
 const POLL_MS = 1000;
 const POINTS = 60;
 const $ = (id) => document.getElementById(id);
+// A broker with accounts: the browser sends the Basic credentials it was asked for to this
+// broker only; a token given in the page's address (?access_token=...) goes to every broker.
+const TOKEN = new URLSearchParams(location.search).get("access_token");
+function api(url, options) {
+  if (!TOKEN) return fetch(url, options);
+  const address = new URL(url, location.href);
+  address.searchParams.set("access_token", TOKEN);
+  return fetch(address, options);
+}
 
 const cy = cytoscape({
   container: $("topology"),
@@ -128,7 +137,7 @@ function drawSummary(overlay) {
 
 async function poll() {
   try {
-    const overlay = await (await fetch("/api/v1/overlay")).json();
+    const overlay = await (await api("/api/v1/overlay")).json();
     state.overlay = overlay;
     drawTopology(overlay);
     drawSummary(overlay);
@@ -167,7 +176,7 @@ $("routing-form").addEventListener("submit", async (event) => {
   const base = broker && broker.url ? broker.url : "";
   const query = new URLSearchParams({ table: $("routing-table").value,
                                       search: $("routing-search").value, page_size: "500" });
-  const response = await fetch(`${base}/api/v1/routing?${query}`);
+  const response = await api(`${base}/api/v1/routing?${query}`);
   const body = $("routing-rows").querySelector("tbody");
   if (!response.ok) {
     $("routing-summary").textContent = await problemText(response);
@@ -181,7 +190,7 @@ $("routing-form").addEventListener("submit", async (event) => {
 
 async function startTrace(body) {
   $("trace-hops").replaceChildren();
-  const response = await fetch("/api/v1/traces", {
+  const response = await api("/api/v1/traces", {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
   });
   if (!response.ok) {
@@ -196,7 +205,7 @@ async function startTrace(body) {
   const deadline = Date.now() + trace.expires_in * 1000;
   while (Date.now() < deadline && state.trace === trace.id) {
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const seen = await (await fetch(`/api/v1/traces/${trace.id}`)).json();
+    const seen = await (await api(`/api/v1/traces/${trace.id}`)).json();
     if (state.trace === trace.id) drawTrace(seen);
   }
 }
@@ -240,7 +249,7 @@ $("history-form").addEventListener("submit", async (event) => {
   body.replaceChildren();
   head.replaceChildren(row(["time", "publisher", "attributes"], "th"));
   $("history-summary").textContent = "running…";
-  const response = await fetch(`/api/v1/history/stream?${query}`);
+  const response = await api(`/api/v1/history/stream?${query}`);
   if (!response.ok) {
     $("history-summary").textContent = await problemText(response);
     return;
@@ -274,7 +283,7 @@ $("history-form").addEventListener("submit", async (event) => {
   if (buffer.trim()) show(buffer);
 });
 
-fetch("/api/v1/broker").then((r) => r.json()).then((b) => {
+api("/api/v1/broker").then((r) => r.json()).then((b) => {
   $("served-by").textContent = `served by ${b.id}`;
 });
 poll();

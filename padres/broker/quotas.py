@@ -1,0 +1,60 @@
+"""How much one client may hold at a broker: subscriptions and advertisements per session.
+
+Every subscription and advertisement costs routing state at every broker it reaches, so a
+broker bounds how many one client keeps. A request beyond the quota is refused with an
+``error`` naming the quota; what the client already has is untouched. Schemas cost state at
+every broker too: a broker bounds how many the overlay holds, and how many attributes one
+has, when one is declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from padres.broker.session import Session
+from padres.messages import Advertisement, CompositeSubscription, Subscription
+from padres.protocol import Durable, Envelope, Error, Subscribe
+
+__all__ = ["Quotas"]
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """What one client session may hold at its broker at a time."""
+
+    subscriptions: int = 10_000
+    """Subscriptions (atomic, composite and durable together)."""
+    advertisements: int = 10_000
+    schemas: int = 1_000
+    """Schemas of typed classes the overlay holds (dropped ones do not count): a declaration
+    of one more, at this broker, is refused."""
+    schema_attributes: int = 100
+    """Attributes of one schema: a declaration of more, at this broker, is refused."""
+
+    def __post_init__(self) -> None:
+        if min(self.subscriptions, self.advertisements, self.schemas, self.schema_attributes) < 1:
+            raise ValueError("quotas must be at least 1")
+
+    def refusal(self, message: Envelope, session: Session) -> Error | None:
+        """The error refusing ``message`` if it would take ``session`` over a quota."""
+        match message:
+            case Subscription() | CompositeSubscription():
+                ident, what, limit = message.id, "subscriptions", self.subscriptions
+            case Subscribe() | Durable():
+                ident, what, limit = message.subscription.id, "subscriptions", self.subscriptions
+            case Advertisement():
+                ident, what, limit = message.id, "advertisements", self.advertisements
+            case _:
+                return None
+        held = (
+            len(session.subscriptions) + len(session.composites)
+            if what == "subscriptions"
+            else len(session.advertisements)
+        )
+        if held < limit:
+            return None
+        return Error(
+            f"too many {what}: this connection holds {held:,}, the limit per client is "
+            f"{limit:,}; remove some first",
+            ident,
+        )

@@ -1,0 +1,147 @@
+"""The web API of a broker with accounts: the same accounts and grants as its clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from padres.accounts import Accounts
+from padres.runtime.processes import BrokerProcess
+
+EU = "[class,eq,'Order'],[region,eq,'EU']"
+US = "[class,eq,'Order'],[region,eq,'US']"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A broker with three accounts: ``ops`` (an administrator, with a token) and ``eu`` and
+    ``us``, which may advertise, publish and subscribe to orders of their region only. Gives
+    the broker's address and ops' token."""
+    path = tmp_path_factory.mktemp("accounts") / "accounts.toml"
+    accounts = Accounts(path, create=True)
+    accounts.add("ops", "ops-secret", admin=True)
+    token = accounts.add_token("ops", "metrics")
+    for user, grant in (("eu", EU), ("us", US)):
+        accounts.add(user, f"{user}-secret", names=[user, f"{user}.*"])
+        for right in ("advertise", "publish", "subscribe"):
+            accounts.grant(user, right, grant)
+    broker = BrokerProcess("S1", options=["--accounts", str(path)])
+    try:
+        broker.start()
+        yield f"http://127.0.0.1:{broker.port}", token
+    finally:
+        broker.stop()
+
+
+def _as(user: str) -> tuple[str, str]:
+    return user, f"{user}-secret"
+
+
+def _problem(response: httpx.Response, status: int, *words: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem: dict[str, Any] = response.json()
+    for word in words:
+        assert word in problem["detail"], problem
+    return problem
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/"),
+        ("GET", "/api/v1/broker"),
+        ("GET", "/api/v1/routing"),
+        ("GET", "/api/v1/overlay"),
+        ("GET", "/metrics"),
+        ("GET", "/api/v1/subscriptions"),
+        ("POST", "/api/v1/subscriptions"),
+        ("POST", "/api/v1/publications"),
+        ("POST", "/api/v1/advertisements"),
+        ("GET", "/api/v1/history?filter=[class,eq,'Order']&from=now-1h"),
+        ("GET", "/api/v1/databases"),
+        ("POST", "/api/v1/traces"),
+        ("GET", "/api/v1/exceptions/eu/s1"),
+    ],
+)
+def test_nothing_is_served_without_credentials(
+    secured: tuple[str, str], method: str, path: str
+) -> None:
+    base, _ = secured
+    response = httpx.request(method, base + path, json={})
+    problem = _problem(response, 401, "user and password")
+    assert response.headers["www-authenticate"].startswith("Basic")
+    assert problem["title"] == "authentication required"
+    wrong = httpx.request(method, base + path, json={}, auth=("eu", "guess"))
+    _problem(wrong, 401, "'eu'")
+
+
+def test_the_description_is_open(secured: tuple[str, str]) -> None:
+    base, _ = secured
+    assert httpx.get(f"{base}/openapi.json").status_code == 200
+    assert httpx.get(f"{base}/docs").status_code == 200
+
+
+def test_reading_the_broker_takes_the_admin_right(secured: tuple[str, str]) -> None:
+    base, token = secured
+    for path in ("/api/v1/routing", "/api/v1/broker", "/metrics", "/"):
+        _problem(httpx.get(base + path, auth=_as("eu")), 403, "'eu'", "admin")
+        assert httpx.get(base + path, auth=_as("ops")).status_code == 200, path
+    # The broker's own monitoring session runs under accounts too.
+    view = httpx.get(f"{base}/api/v1/overlay", auth=_as("ops"), timeout=10).json()
+    assert [b["id"] for b in view["brokers"]] == ["S1"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert "padres_" in httpx.get(f"{base}/metrics", headers=bearer).text
+    assert httpx.get(f"{base}/api/v1/routing?access_token={token}").status_code == 200
+    revoked = token[:-4] + "xxxx"
+    _problem(httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {revoked}"}), 401)
+
+
+def test_each_user_publishes_and_reads_within_its_grants(secured: tuple[str, str]) -> None:
+    base, _ = secured
+    eu, us = _as("eu"), _as("us")
+    made = httpx.post(f"{base}/api/v1/advertisements", json={"filter": EU}, auth=eu)
+    assert made.status_code == 201, made.text
+    assert made.json()["client"] == "eu"  # the user's own name by default
+    _problem(
+        httpx.post(f"{base}/api/v1/advertisements", json={"filter": US}, auth=eu),
+        403,
+        "'eu'",
+        "advertise",
+    )
+    _problem(
+        httpx.post(f"{base}/api/v1/advertisements", json={"filter": EU, "client": "us"}, auth=eu),
+        403,
+        "may not publish as 'us'",
+    )
+    sub = httpx.post(f"{base}/api/v1/subscriptions", json={"filter": EU}, auth=eu)
+    assert sub.status_code == 201, sub.text
+    sid = sub.json()["id"]
+    _problem(httpx.post(f"{base}/api/v1/subscriptions", json={"filter": US}, auth=eu), 403)
+    # Another user neither sees nor ends it.
+    assert httpx.get(f"{base}/api/v1/subscriptions", auth=us).json() == []
+    _problem(httpx.get(f"{base}/api/v1/subscriptions/{sid}", auth=us), 404)
+    _problem(httpx.delete(f"{base}/api/v1/subscriptions/{sid}", auth=us), 404)
+    with (
+        httpx.Client(timeout=10, auth=eu) as client,
+        client.stream("GET", f"{base}/api/v1/subscriptions/{sid}/events") as events,
+    ):
+        assert events.status_code == 200
+        lines = events.iter_lines()
+        assert next(lines) == ": subscribed"
+        refused = httpx.post(
+            f"{base}/api/v1/publications",
+            json=[{"class": "Order", "region": "EU", "n": 1}, {"class": "Order", "region": "US"}],
+            auth=eu,
+        )
+        _problem(refused, 403, "'eu'", "publish")  # nothing of the batch is published
+        ok = httpx.post(
+            f"{base}/api/v1/publications", json={"class": "Order", "region": "EU", "n": 2}, auth=eu
+        )
+        assert ok.status_code == 201, ok.text
+        data = next(line for line in lines if line.startswith("data: "))
+    assert '"n":2' in data
+    assert httpx.delete(f"{base}/api/v1/subscriptions/{sid}", auth=eu).status_code == 204
