@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,15 @@ async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float
         await asyncio.sleep(0.05)
 
 
-def health(url: str) -> dict[str, Any]:
-    """``/health`` of the broker at ``url`` (its ``ws://`` address)."""
-    with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/health")) as r:
-        return orjson.loads(r.read())  # type: ignore[no-any-return]
+def health(url: str, admin: tuple[str, str] | None = None) -> dict[str, Any]:
+    """``/health`` of the broker at ``url`` (its ``ws://`` address); of a broker with accounts,
+    the same figures from ``/api/v1/broker`` as the administrator ``admin`` (user, password)."""
+    base = url.replace("ws://", "http://").replace("/ws", "")
+    if admin is None:
+        with urllib.request.urlopen(f"{base}/health") as r:
+            return orjson.loads(r.read())  # type: ignore[no-any-return]
+    request = urllib.request.Request(f"{base}/api/v1/broker")
+    login = base64.b64encode(":".join(admin).encode()).decode()
+    request.add_header("Authorization", f"Basic {login}")
+    with urllib.request.urlopen(request) as r:
+        return orjson.loads(r.read())["status"]  # type: ignore[no-any-return]

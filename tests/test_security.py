@@ -73,6 +73,8 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 EU = "[class,eq,'Order'],[region,eq,'EU']"
 US = "[class,eq,'Order'],[region,eq,'US']"
 ORDERS = "[class,eq,'Order']"
+ADMIN = ("admin", "admin-pw")
+"""The administrator of the accounts below: the figures of a broker with accounts are theirs."""
 
 
 def _accounts(path: Path) -> Accounts:
@@ -719,8 +721,8 @@ def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> Non
             intruder.neighbors = [url1]  # no credentials of its own
             url3 = intruder.start()
             asyncio.run(_converse(acc, url1, url2))
-            assert health(url1)["neighbors"] == ["B2"]
-            assert health(url3)["neighbors"] == []
+            assert health(url1, ADMIN)["neighbors"] == ["B2"]
+            assert health(url3, ADMIN)["neighbors"] == []
         finally:
             for broker in (b1, b2, intruder):
                 if broker is not None:
@@ -768,7 +770,7 @@ def test_passwords_are_checked_off_the_event_loop(tmp_path: Path) -> None:
 
 
 async def _converse(acc: Accounts, url1: str, url2: str) -> None:
-    await eventually(lambda: health(url1)["neighbors"] == ["B2"])
+    await eventually(lambda: health(url1, ADMIN)["neighbors"] == ["B2"])
     for kwargs, why in [
         ({"user": "manager-eu", "password": "wrong"}, "unknown user or wrong password"),
         ({"user": "mallory", "password": "x"}, "unknown user or wrong password"),
@@ -1029,7 +1031,7 @@ def test_disjoint_grants_hold_in_a_cyclic_overlay_with_two_databases(
                 stack.callback(node.stop)
                 node.start()
         deadline = time.monotonic() + 15
-        while len(health(urls[0])["neighbors"]) < 2:
+        while len(health(urls[0], ADMIN)["neighbors"]) < 2:
             assert time.monotonic() < deadline, "B1 did not link to B2 and B3"
             time.sleep(0.1)
         asyncio.run(_two_regions(urls))

@@ -79,10 +79,14 @@ def test_nothing_is_served_without_credentials(
     _problem(wrong, 401, "'eu'")
 
 
-def test_the_description_is_open(secured: tuple[str, str]) -> None:
+def test_the_description_and_liveness_are_open(secured: tuple[str, str]) -> None:
     base, _ = secured
     assert httpx.get(f"{base}/openapi.json").status_code == 200
     assert httpx.get(f"{base}/docs").status_code == 200
+    # Liveness only: the figures name clients and neighbours, which are the admin's to read.
+    assert sorted(httpx.get(f"{base}/health").json()) == ["broker", "uptime"]
+    status = httpx.get(f"{base}/api/v1/broker", auth=_as("ops")).json()["status"]
+    assert {"clients", "neighbors", "durables"} <= status.keys()
 
 
 def test_reading_the_broker_takes_the_admin_right(secured: tuple[str, str]) -> None:

@@ -200,6 +200,11 @@ class BrokerNode:
 
         @app.get("/health")
         async def health() -> dict[str, Any]:
+            """Liveness and the node's figures; a broker with accounts answers liveness only
+            (its id and uptime): the figures name its clients and neighbours, and the web
+            API's /api/v1/broker gives them to administrators."""
+            if self.broker.guard is not None:
+                return {"broker": self.broker.id, "uptime": round(time.time() - self.started, 3)}
             return self.status()
 
         return app
