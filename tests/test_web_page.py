@@ -196,3 +196,54 @@ def test_a_broker_that_stops_disappears(overlay: WebOverlay, page: Any, shots: P
     graph = _graph(page)
     assert graph["broker"] == ["b:B1", "b:B2"] and graph["link"] == ["l:B1|B2"]
     page.screenshot(path=str(shots / "stopped.png"), full_page=True)
+
+
+def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
+    tmp_path: Path,
+) -> None:
+    """With accounts, the page given an administrator's token in its address draws the
+    overlay and reads the routing tables of another broker (another origin) with it."""
+    from padres.accounts import Accounts, Role
+    from padres.runtime.processes import BrokerProcess
+
+    accounts = Accounts(tmp_path / "accounts.toml", create=True)
+    for name in ("S1", "S2"):
+        accounts.add(name, f"{name}-pw", role=Role.BROKER)
+    accounts.add("ops", "ops-pw", admin=True)
+    token = accounts.add_token("ops", "page")
+
+    def secured(name: str, neighbors: list[str]) -> BrokerProcess:
+        login = ["--user", name, "--password", f"{name}-pw"]
+        options = ["--accounts", str(accounts.path), *login]
+        return BrokerProcess(name, neighbors=neighbors, options=options)
+
+    s1 = secured("S1", [])
+    s2: BrokerProcess | None = None
+    try:
+        s1.start()
+        s2 = secured("S2", [s1.url])
+        s2.start()
+        base = f"http://127.0.0.1:{s1.port}"
+        assert httpx.get(f"{base}/").status_code == 401
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                tab = browser.new_page()
+                errors: list[str] = []
+                tab.on("pageerror", lambda exc: errors.append(str(exc)))
+                tab.goto(f"{base}/?access_token={token}")
+                _counts_are(tab, 2, 1)
+                tab.select_option("#routing-broker", "S2")
+                tab.select_option("#routing-table", "srt")
+                tab.click("#routing-form button")
+                tab.wait_for_function(
+                    "document.getElementById('routing-summary').textContent.startsWith('S2 SRT')",
+                    timeout=WAIT_MS,
+                )
+                assert errors == []
+            finally:
+                browser.close()
+    finally:
+        for process in (s2, s1):
+            if process is not None:
+                process.stop()
