@@ -437,6 +437,8 @@ class Accounts:
 
     def _verify(self, user: str, secret: str) -> Account | str:
         wrong = f"authentication failed for user {user!r}: unknown user or wrong password"
+        if not secret:  # refused alike for every user, without the cost of a hash
+            return f"authentication failed for user {user!r}: no password or token given"
         entry = self._entries.get(user)
         if entry is None:
             # As long as for a known user, so that the time taken does not tell which exist.

@@ -149,6 +149,8 @@ class Journal:
             raise JournalError(f"cannot open the journal {path}: {exc}") from exc
         self.head: int = row[0] or 0
         """The position of the last guaranteed publication accepted."""
+        self._unsaved: dict[tuple[str, str], DurableRecord] = {}
+        """Durable subscriptions changed since the last commit (``save``)."""
 
     def close(self) -> None:
         self._db.close()
@@ -161,6 +163,7 @@ class Journal:
 
     def commit(self) -> None:
         try:
+            self._write_unsaved()
             self._db.commit()
         except sqlite3.Error as exc:
             raise JournalError(f"cannot commit the journal {self.path}: {exc}") from exc
@@ -282,6 +285,7 @@ class Journal:
     # -- durable subscriptions ---------------------------------------------------------------
 
     def durables(self) -> Iterator[DurableRecord]:
+        self._write_unsaved()
         rows = self._db.execute(
             "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility "
             "FROM durables"
@@ -302,10 +306,14 @@ class Journal:
             )
 
     def save(self, record: DurableRecord) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO durables "
-            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        """Keep ``record`` as it is at the next ``commit`` (a subscription that takes many
+        deliveries in one frame is written once for them all)."""
+        self._unsaved[record.owner, record.name] = record
+
+    def _write_unsaved(self) -> None:
+        if not self._unsaved:
+            return
+        rows = [
             (
                 record.owner,
                 record.name,
@@ -316,11 +324,20 @@ class Journal:
                 record.discarded,
                 record.created,
                 record.visibility.value,
-            ),
+            )
+            for record in self._unsaved.values()
+        ]
+        self._unsaved.clear()
+        self._db.executemany(
+            "INSERT OR REPLACE INTO durables "
+            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
         )
 
     def forget(self, record: DurableRecord) -> None:
         key = (record.owner, record.name)
+        self._unsaved.pop(key, None)
         self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
         self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ?", key)
 

@@ -35,10 +35,11 @@ from padres.messages import (
     Predicate,
     Publication,
     Subscription,
+    Unsubscribe,
     check_id,
 )
 from padres.parser import parse_composite, parse_message, parse_publication, parse_subscription
-from padres.protocol import Error, Hello, Ok, decode_frame
+from padres.protocol import Durable, Error, Hello, Ok, decode_frame
 from padres.runtime import node as node_module
 from padres.runtime.node import BrokerNode
 from padres.runtime.processes import BrokerProcess
@@ -249,6 +250,24 @@ def test_quotas_refuse_beyond_the_limit_and_keep_what_is_held() -> None:
     assert len(broker.routes) == 2  # what was held before is still there
     with pytest.raises(ValueError, match="at least 1"):
         Quotas(subscriptions=0)
+
+
+def test_durable_subscriptions_count_while_their_client_is_away() -> None:
+    """A client cannot pile up durable subscriptions by reconnecting: they stay at the broker,
+    and count against its quota until they are ended; one taken up again is not refused."""
+    broker = Broker("B1", quotas=Quotas(subscriptions=2))
+    for hop in ("h1", "h2"):
+        broker.handle(Hello("c"), hop)
+        sub = Subscription(f"d{hop}", Filter((CLASS,)))
+        assert broker.handle(Durable(sub), hop)[-1] == (hop, Ok(f"d{hop}"))
+        broker.close(hop)
+    broker.handle(Hello("c"), "h3")
+    ((_, refused),) = broker.handle(Subscription("s", Filter((CLASS,))), "h3")
+    assert isinstance(refused, Error) and "this client holds 2" in refused.text
+    again = broker.handle(Durable(Subscription("dh1", Filter((CLASS,)))), "h3")
+    assert again[-1] == ("h3", Ok("dh1"))  # its own, taken up again
+    broker.handle(Unsubscribe("dh1"), "h3")
+    assert broker.handle(Subscription("s", Filter((CLASS,))), "h3")[-1] == ("h3", Ok("s"))
 
 
 def test_the_largest_requests_cost_little() -> None:

@@ -41,6 +41,7 @@ from padres.protocol import (
     Envelope,
     Error,
     Exceptions,
+    Failed,
     Guaranteed,
     Hello,
     Notify,
@@ -189,9 +190,11 @@ def test_accounts_file_round_trip_and_authentication(tmp_path: Path) -> None:
     assert eu.grants.history[0].max_age == 3600
     b1 = again.get("B1")
     assert b1 is not None and b1.role is Role.BROKER and again.get("B9") is None
-    for user, secret in [("manager-eu", "wrong"), ("nobody", "x"), ("manager-eu", "")]:
+    for user, secret in [("manager-eu", "wrong"), ("nobody", "x")]:
         with pytest.raises(AuthenticationError, match="unknown user or wrong password"):
             again.authenticate(user, secret)
+    with pytest.raises(AuthenticationError, match="no password or token given"):
+        again.authenticate("manager-eu", "")
     token = acc.add_token("eve", "ci")
     assert "ptk_" in token and token not in (tmp_path / "a.toml").read_text()
     assert again.refresh()
@@ -206,6 +209,18 @@ def test_accounts_file_round_trip_and_authentication(tmp_path: Path) -> None:
         again.authenticate_token(token)
     assert "$argon2" in (tmp_path / "a.toml").read_text()
     assert "eve-pw" not in (tmp_path / "a.toml").read_text()
+
+
+def test_an_empty_password_is_refused_without_hashing(tmp_path: Path) -> None:
+    """A hello with a user and no password costs no argon2 check, for a known user or not:
+    the event loop never waits on one (and the refusal says the same for every user)."""
+    acc = Accounts(tmp_path / "a.toml", create=True)  # the default, costly hasher
+    acc.add("known", "pw")
+    for user in ("known", "unknown"):
+        started = time.perf_counter()
+        with pytest.raises(AuthenticationError, match="no password or token given"):
+            acc.authenticate(user, "")
+        assert time.perf_counter() - started < 0.005
 
 
 def test_accounts_file_errors_are_clear(tmp_path: Path) -> None:
@@ -1078,3 +1093,16 @@ async def _two_regions(urls: list[str]) -> None:
         for handle in live.values():
             with pytest.raises(TimeoutError):  # nothing more: the other region's never came
                 await handle.get(timeout=0.5)
+
+
+def test_an_exception_queue_takes_only_what_its_client_may_receive(overlay: Overlay) -> None:
+    """A client cannot use its exception queue to store (and show administrators) forged
+    entries of classes it may not receive."""
+    ov = overlay
+    forged = Publication("x", {"class": "DB_CONTROL", "command": "STOP"}, NOW, "admin@B2")
+    ov.send("manager-eu", Failed("f1", "live", forged, "boom", 1))
+    assert ov.errors("manager-eu") == [
+        "user 'manager-eu' may not put [class,'DB_CONTROL'],[command,'STOP'] into an exception "
+        "queue: no subscribe grant matches it"
+    ]
+    assert ov.sim.brokers["B3"].exceptions.queues() == []

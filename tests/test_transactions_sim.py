@@ -240,6 +240,23 @@ def test_limits_refuse_with_a_clear_answer() -> None:
     assert refused[0].limit and "too many open transactions" in refused[0].reason
 
 
+def test_one_client_cannot_take_the_whole_budget_of_the_broker() -> None:
+    sim, shop, _ = _overlay(1)
+
+    def size(n: int) -> int:
+        return len(encode(replace(_order(n), publisher="shop@A")))
+
+    limits = TxLimits(max_client_bytes=3 * size(0), max_total_bytes=100 * size(0))
+    sim.brokers["A"].transactions.limits = limits
+    _transaction(sim, shop, "t1", range(2))
+    _transaction(sim, shop, "t2", range(10, 12))  # the client's fourth publication held
+    sim.run()
+    ended = [m for m in shop.other if isinstance(m, TxEnded)]
+    assert [m.tx for m in ended] == ["t2"] and ended[0].limit
+    assert "(the broker's limit per client)" in ended[0].reason
+    assert sim.brokers["A"].transactions.statistics()["bytes"] == size(0) + size(1)
+
+
 def test_the_bytes_of_all_open_transactions_are_bounded() -> None:
     sim, shop, _ = _overlay(1)
 

@@ -28,7 +28,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         accounts.add(user, f"{user}-secret", names=[user, f"{user}.*"])
         for right in ("advertise", "publish", "subscribe"):
             accounts.grant(user, right, grant)
-    broker = BrokerProcess("S1", options=["--accounts", str(path)])
+    broker = BrokerProcess("S1", options=["--accounts", str(path), "--max-subscriptions", "3"])
     try:
         broker.start()
         yield f"http://127.0.0.1:{broker.port}", token
@@ -149,3 +149,30 @@ def test_each_user_publishes_and_reads_within_its_grants(secured: tuple[str, str
         data = next(line for line in lines if line.startswith("data: "))
     assert '"n":2' in data
     assert httpx.delete(f"{base}/api/v1/subscriptions/{sid}", auth=eu).status_code == 204
+
+
+def test_each_user_has_its_own_subscription_quota_and_sees_nothing_of_others(
+    secured: tuple[str, str],
+) -> None:
+    base, _ = secured
+    eu, us = _as("eu"), _as("us")
+    made = []
+    for n in range(3):
+        r = httpx.post(
+            f"{base}/api/v1/subscriptions", json={"filter": EU, "name": f"q{n}"}, auth=eu
+        )
+        assert r.status_code == 201, r.text
+        made.append(r.json()["id"])
+    over = httpx.post(f"{base}/api/v1/subscriptions", json={"filter": EU}, auth=eu)
+    _problem(over, 409, "user 'eu' holds 3", "limit is 3")
+    mine = httpx.post(f"{base}/api/v1/subscriptions", json={"filter": US}, auth=us)
+    assert mine.status_code == 201, mine.text  # another user's quota is its own
+    for sid in made:
+        assert httpx.delete(f"{base}/api/v1/subscriptions/{sid}", auth=eu).status_code == 204
+    gone = httpx.get(f"{base}/api/v1/subscriptions/q0", auth=eu)
+    assert "ended (unsubscribed)" in _problem(gone, 404)["detail"]
+    hidden = _problem(httpx.get(f"{base}/api/v1/subscriptions/q0", auth=us), 404)
+    assert "ended" not in hidden["detail"]
+    assert (
+        httpx.delete(f"{base}/api/v1/subscriptions/{mine.json()['id']}", auth=us).status_code == 204
+    )

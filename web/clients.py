@@ -84,7 +84,8 @@ class Clients:
         self.publishers: dict[str, LocalSession] = {}
         self.advertisements: dict[str, RestAdvertisement] = {}
         self.subscriptions: dict[str, RestSubscription] = {}
-        self._ended: OrderedDict[str, str] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """Subscriptions that ended: id -> the account that made it, and why it ended."""
         self._run = secrets.token_hex(3)
         self._ids = itertools.count(1)
         self._opening = asyncio.Lock()
@@ -253,6 +254,11 @@ class Clients:
         """Make the subscription at the broker, as the caller's; returns what its routing could
         not reach."""
         self.allowed(caller, sub.message)
+        held = sum(1 for s in self.subscriptions.values() if s.owner == caller.name)
+        most = self.node.broker.quotas.subscriptions
+        if held >= most:
+            whose = f"user {caller.name!r} holds" if caller.name else "the API holds"
+            raise Problem(409, "too many subscriptions", f"{whose} {held:,}; the limit is {most:,}")
         sub.owner = caller.name
         if sub.durable:
             async with self._durable_session(sub, caller, acked=0) as session:
@@ -277,7 +283,9 @@ class Clients:
             self._end(sid, sub.session.closed)  # evicted while its reader was stuck
         elif sub is not None:
             return sub
-        why = self._ended.get(sid) if sid not in self.subscriptions else None
+        owner, why = self._ended.get(sid, ("", ""))
+        if sid in self.subscriptions or not caller.owns(owner):
+            why = ""  # nothing of another user's subscription
         detail = f"no subscription {sid!r} here" + (f": it ended ({why})" if why else "")
         raise Problem(404, "no such subscription", detail)
 
@@ -341,8 +349,8 @@ class Clients:
             await session.close()
 
     def _end(self, sid: str, why: str) -> None:
-        self.subscriptions.pop(sid, None)
-        self._ended[sid] = why
+        sub = self.subscriptions.pop(sid, None)
+        self._ended[sid] = ("" if sub is None else sub.owner, why)
         while len(self._ended) > ENDED_REMEMBERED:
             self._ended.popitem(last=False)
 

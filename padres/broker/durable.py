@@ -37,6 +37,7 @@ carries it), so that what a subscription sees does not depend on how it came.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -129,6 +130,8 @@ class Durables:
         self.settling = settling
         self._new_id = new_id
         self._durables: dict[tuple[str, str], _Durable] = {}
+        self._owned: Counter[str] = Counter()
+        """How many durable subscriptions each client keeps."""
         self._by_gid: dict[str, _Durable] = {}
         self._passages: dict[str, _Passage] = {}
         """Recoveries on their way through this broker, by request id."""
@@ -151,6 +154,7 @@ class Durables:
     def _take(self, record: DurableRecord) -> _Durable:
         durable = _Durable(record, self._new_id())
         self._durables[record.owner, record.name] = durable
+        self._owned[record.owner] += 1
         self._by_gid[durable.gid] = durable
         return durable
 
@@ -179,6 +183,10 @@ class Durables:
 
     def has(self, owner: str, name: str) -> bool:
         return (owner, name) in self._durables
+
+    def owned(self, owner: str) -> int:
+        """How many durable subscriptions client ``owner`` keeps here."""
+        return self._owned.get(owner, 0)
 
     def hop_of(self, owner: str, name: str) -> str | None:
         """The hop of the client connected to durable subscription ``name``, if one is."""
@@ -244,6 +252,9 @@ class Durables:
     def drop(self, owner: str, name: str) -> list[Out]:
         """The client ends durable subscription ``name`` for good."""
         durable = self._durables.pop((owner, name))
+        self._owned[owner] -= 1
+        if not self._owned[owner]:
+            del self._owned[owner]
         del self._by_gid[durable.gid]
         self.journal.forget(durable.record)
         return self.routes.remove_local(durable.gid)

@@ -16,6 +16,7 @@ from typing import Final
 
 from padres.accounts import CONTROL_CLASS, Account, Accounts, Grants, format_age
 from padres.errors import AuthenticationError
+from padres.matching import matches
 from padres.messages import (
     Advertisement,
     CompositeSubscription,
@@ -31,6 +32,7 @@ from padres.protocol import (
     Durable,
     Envelope,
     Exceptions,
+    Failed,
     Guaranteed,
     Hello,
     Query,
@@ -157,6 +159,15 @@ class Guard:
             case Exceptions() if message.client and not account.owns(message.client):
                 action = f"handle the exception queues of client {message.client!r}"
                 return admin_refusal(grants, who, action)
+            case Failed():
+                # An exception queue keeps only what its client could have been delivered.
+                pub = message.publication
+                if any(matches(grant, pub) for grant in grants.subscribe):
+                    return None
+                return (
+                    f"{who} may not put {format_message(pub)} into an exception queue: no "
+                    "subscribe grant matches it"
+                )
             case ReplayBatch():
                 for pub in message.publications:
                     if not grants.may_replay(pub):

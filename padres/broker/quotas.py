@@ -23,7 +23,8 @@ class Quotas:
     """What one client session may hold at its broker at a time."""
 
     subscriptions: int = 10_000
-    """Subscriptions (atomic, composite and durable together)."""
+    """Subscriptions (atomic, composite and durable together; durable ones count while the
+    client is away too)."""
     advertisements: int = 10_000
     schemas: int = 1_000
     """Schemas of typed classes the overlay holds (dropped ones do not count): a declaration
@@ -35,8 +36,10 @@ class Quotas:
         if min(self.subscriptions, self.advertisements, self.schemas, self.schema_attributes) < 1:
             raise ValueError("quotas must be at least 1")
 
-    def refusal(self, message: Envelope, session: Session) -> Error | None:
-        """The error refusing ``message`` if it would take ``session`` over a quota."""
+    def refusal(self, message: Envelope, session: Session, durables: int = 0) -> Error | None:
+        """The error refusing ``message`` if it would take ``session`` over a quota; its
+        client keeps ``durables`` durable subscriptions (a durable one taken up again is not
+        counted: the caller does not ask for it)."""
         match message:
             case Subscription() | CompositeSubscription():
                 ident, what, limit = message.id, "subscriptions", self.subscriptions
@@ -47,14 +50,14 @@ class Quotas:
             case _:
                 return None
         held = (
-            len(session.subscriptions) + len(session.composites)
+            len(session.subscriptions) + len(session.composites) + durables
             if what == "subscriptions"
             else len(session.advertisements)
         )
         if held < limit:
             return None
         return Error(
-            f"too many {what}: this connection holds {held:,}, the limit per client is "
+            f"too many {what}: this client holds {held:,}, the limit per client is "
             f"{limit:,}; remove some first",
             ident,
         )

@@ -79,6 +79,9 @@ class TxLimits:
     """Bytes of publications (encoded) in one transaction."""
     max_total_bytes: int = 256 << 20
     """Bytes of publications in all the open transactions of the broker."""
+    max_client_bytes: int = 32 << 20
+    """Bytes of publications in all the open transactions of one client: a fraction of the
+    broker's, so that no client can take all of it from the others."""
     timeout: float = 60.0
     """Seconds a transaction may stay idle (nothing published, not ended) before it is
     aborted."""
@@ -132,6 +135,8 @@ class Transactions:
         self._count: Counter[str] = Counter()
         """Open transactions per client."""
         self._size = 0
+        self._bytes_of: Counter[str] = Counter()
+        """Bytes of the open transactions of each client."""
         """Bytes of publications in all open transactions."""
         self._ended: dict[tuple[str, str], TxEnded] = {}
         """How recently ended transactions ended (oldest first)."""
@@ -190,6 +195,12 @@ class Transactions:
                 f"{limits.max_bytes} bytes (the broker's limits)"
             )
             return self._abort(tx, why, tell=True, limit=True)
+        if self._bytes_of[session.name] + size > limits.max_client_bytes:
+            why = (
+                f"your open transactions would hold more than {limits.max_client_bytes} bytes "
+                "(the broker's limit per client): commit or abort some first"
+            )
+            return self._abort(tx, why, tell=True, limit=True)
         if self._size + size > limits.max_total_bytes:
             why = (
                 f"the broker holds {limits.max_total_bytes} bytes of open transactions, "
@@ -200,6 +211,7 @@ class Transactions:
         tx.ids.add(pub.id)
         tx.size += size
         self._size += size
+        self._bytes_of[session.name] += size
         return self._deliver(pub, tree, session.hop, 0, (tx.gid, Outcome.PENDING))
 
     def commit(self, session: Session, message: TxCommit, now: float) -> list[Out]:
@@ -345,6 +357,9 @@ class Transactions:
         key = (tx.owner, tx.tx)
         del self._open[key]
         self._size -= tx.size
+        self._bytes_of[tx.owner] -= tx.size
+        if not self._bytes_of[tx.owner]:
+            del self._bytes_of[tx.owner]
         self._count[tx.owner] -= 1
         self._ended[key] = ended
         if len(self._ended) > self.limits.remembered:

@@ -619,7 +619,7 @@ class BrokerNode:
         argon2 takes tens of milliseconds, which the event loop must not wait. An attached
         connection (``attach``) calls this before it submits its ``hello``."""
         guard = self.broker.guard
-        if guard is not None and hello.user and hello.password:
+        if guard is not None and hello.user:
             with contextlib.suppress(AuthenticationError):
                 await asyncio.to_thread(guard.accounts.authenticate, hello.user, hello.password)
 
