@@ -46,19 +46,25 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(overlay: WebOverlay) -> Iterator[Any]:
-    """The monitor page of broker B2."""
+def browser() -> Iterator[Any]:
+    """One Chromium for the module (Playwright's sync API runs one at a time)."""
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors: list[str] = []
-            tab.on("pageerror", lambda exc: errors.append(str(exc)))
-            tab.goto(f"{overlay.http('B2')}/")
-            yield tab
-            assert errors == []
+            yield launched
         finally:
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def page(overlay: WebOverlay, browser: Any) -> Iterator[Any]:
+    """The monitor page of broker B2."""
+    tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.goto(f"{overlay.http('B2')}/")
+    yield tab
+    assert errors == []
 
 
 def _counts_are(page: Any, brokers: int, links: int) -> None:
@@ -199,7 +205,7 @@ def test_a_broker_that_stops_disappears(overlay: WebOverlay, page: Any, shots: P
 
 
 def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
-    tmp_path: Path,
+    tmp_path: Path, browser: Any
 ) -> None:
     """With accounts, the page given an administrator's token in its address draws the
     overlay and reads the routing tables of another broker (another origin) with it."""
@@ -225,24 +231,22 @@ def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
         s2.start()
         base = f"http://127.0.0.1:{s1.port}"
         assert httpx.get(f"{base}/").status_code == 401
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                tab = browser.new_page()
-                errors: list[str] = []
-                tab.on("pageerror", lambda exc: errors.append(str(exc)))
-                tab.goto(f"{base}/?access_token={token}")
-                _counts_are(tab, 2, 1)
-                tab.select_option("#routing-broker", "S2")
-                tab.select_option("#routing-table", "srt")
-                tab.click("#routing-form button")
-                tab.wait_for_function(
-                    "document.getElementById('routing-summary').textContent.startsWith('S2 SRT')",
-                    timeout=WAIT_MS,
-                )
-                assert errors == []
-            finally:
-                browser.close()
+        tab = browser.new_page()
+        try:
+            errors: list[str] = []
+            tab.on("pageerror", lambda exc: errors.append(str(exc)))
+            tab.goto(f"{base}/?access_token={token}")
+            _counts_are(tab, 2, 1)
+            tab.select_option("#routing-broker", "S2")
+            tab.select_option("#routing-table", "srt")
+            tab.click("#routing-form button")
+            tab.wait_for_function(
+                "document.getElementById('routing-summary').textContent.startsWith('S2 SRT')",
+                timeout=WAIT_MS,
+            )
+            assert errors == []
+        finally:
+            tab.close()
     finally:
         for process in (s2, s1):
             if process is not None:
