@@ -20,8 +20,10 @@ line>]`` and the node's counts: ``[stored, n]``, ``[set_aside, n]``, ``[failed, 
 ``[dropped, n]`` (see ``Counts``). The specs are kept in the store, and taken up again when the
 node starts.
 
-Writes are batched by a ``Writer``: publications are flushed to the store every ``flush_every``
-seconds or ``batch`` publications, whichever comes first, on a worker thread. A write is never
+Writes are grouped by a ``Writer``, on a worker thread: a write starts every ``flush_every``
+seconds, or as soon as ``batch`` publications wait, and takes everything waiting then, up to
+``most`` publications, in one transaction (one commit, one fsync). While it runs the next
+publications gather, so that the faster they come the larger the commits grow. A write is never
 fatal: a database that is unreachable or busy is retried with backoff, keeping the batch; a
 publication the database refuses is set aside by the store (``Store.write``).
 
@@ -100,15 +102,23 @@ class Writer:
 
     ``put`` is called on the event loop for each publication, with what to call once it is
     written; ``run`` writes in the background until cancelled; ``flush`` writes what is
-    waiting now; ``close`` writes the rest, once.
+    waiting now; ``close`` writes the rest, once. What waits is bounded by the sender: a
+    node's broker sends at most a window of deliveries ahead of the node's acknowledgements.
     """
 
     def __init__(
-        self, store: Store, name: str, *, batch: int = 500, flush_every: float = 0.1
+        self,
+        store: Store,
+        name: str,
+        *,
+        batch: int = 500,
+        most: int = 10_000,
+        flush_every: float = 0.1,
     ) -> None:
         self.store = store
         self.name = name
         self.batch = batch
+        self.most = max(batch, most)
         self.flush_every = flush_every
         self.counts = Counts()
         self._pending: deque[tuple[Publication, Done | None]] = deque()
@@ -136,13 +146,13 @@ class Writer:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write what is waiting now (not what arrives meanwhile), in batches, each tried
-        again until the store takes it."""
+        """Write what is waiting now (not what arrives meanwhile), in transactions of at most
+        ``most`` publications, each tried again until the store takes it."""
         async with self._lock:
             left = len(self._pending)
             while self._writing or left:
                 if not self._writing:
-                    take = min(self.batch, left)
+                    take = min(self.most, left)
                     self._writing = [self._pending.popleft() for _ in range(take)]
                     left -= take
                 await self._write(self._writing)
@@ -175,8 +185,8 @@ class Writer:
         it again when the node comes back."""
         rest = self._writing + list(self._pending)
         self._writing, self._pending = [], deque()
-        for start in range(0, len(rest), self.batch):
-            chunk = rest[start : start + self.batch]
+        for start in range(0, len(rest), self.most):
+            chunk = rest[start : start + self.most]
             try:
                 self.counts.add(self.store.write([pub for pub, _ in chunk]))
             except Exception as exc:

@@ -354,12 +354,17 @@ class _Rows:
         PostgreSQL copies them straight in unless ``again`` (some may be stored already:
         then they go through a temporary table that skips those)."""
         rows: dict[Shape, list[tuple[Any, ...]]] = {}
+        dumps = orjson.dumps
         for p in pubs:
             attrs = p.attributes
-            shape = (p.class_name, tuple(attrs), tuple(map(type, attrs.values())))
+            values = attrs.values()
+            shape: Shape = (p.class_name, tuple(attrs), tuple(map(type, values)))
             ts = p.timestamp
-            row = (p.publisher, p.id, micros(ts), ts.isoformat(), orjson.dumps(attrs).decode())
-            rows.setdefault(shape, []).append(row + tuple(attrs.values()))
+            row = (p.publisher, p.id, micros(ts), ts.isoformat(), dumps(attrs).decode(), *values)
+            group = rows.get(shape)
+            if group is None:
+                group = rows[shape] = []
+            group.append(row)
         unknown = [shape for shape in rows if shape not in self._columns]
         self.placed = bool(unknown)
         if unknown:

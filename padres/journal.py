@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS durables (
     created REAL NOT NULL, PRIMARY KEY (owner, name));
 CREATE TABLE IF NOT EXISTS queue (
     owner TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, size INTEGER NOT NULL,
-    body BLOB NOT NULL, PRIMARY KEY (owner, name, seq));
+    body BLOB NOT NULL, PRIMARY KEY (owner, name, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS schemas (class TEXT PRIMARY KEY, body BLOB NOT NULL);
 """
 _COLUMNS: Final = (
@@ -151,6 +151,9 @@ class Journal:
         """The position of the last guaranteed publication accepted."""
         self._unsaved: dict[tuple[str, str], DurableRecord] = {}
         """Durable subscriptions changed since the last commit (``save``)."""
+        self._enqueued: list[tuple[str, str, int, int, bytes, str, str]] = []
+        """Deliveries queued and not yet inserted (``enqueue``): inserted together, before
+        the next commit or read of the queue."""
 
     def close(self) -> None:
         self._db.close()
@@ -163,6 +166,7 @@ class Journal:
 
     def commit(self) -> None:
         try:
+            self._write_enqueued()
             self._write_unsaved()
             self._db.commit()
         except sqlite3.Error as exc:
@@ -174,12 +178,15 @@ class Journal:
         savepoint), and goes on. Nothing is committed here: a savepoint opened outside a
         transaction would commit on release, so one is begun first."""
         head = self.head
+        self._write_enqueued()
         if not self._db.in_transaction:
             self._db.execute("BEGIN")
         self._db.execute("SAVEPOINT atomic")
         try:
             yield
+            self._write_enqueued()
         except BaseException:
+            self._enqueued.clear()
             self._db.execute("ROLLBACK TO atomic")
             self._db.execute("RELEASE atomic")
             self.head = head
@@ -188,6 +195,7 @@ class Journal:
 
     def rollback(self) -> None:
         """Forget what was not committed (what a crash would lose)."""
+        self._enqueued.clear()
         self._db.rollback()
         row = self._db.execute("SELECT max(pos) FROM log").fetchone()
         self.head = row[0] or 0
@@ -336,6 +344,7 @@ class Journal:
         )
 
     def forget(self, record: DurableRecord) -> None:
+        self._write_enqueued()
         key = (record.owner, record.name)
         self._unsaved.pop(key, None)
         self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
@@ -345,31 +354,40 @@ class Journal:
         self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
     ) -> int:
         """Queue a delivery (of a transaction's publication: ``tag``); returns its size in
-        bytes."""
+        bytes. It is inserted with the others queued before the next commit or read."""
         body = _body(pub)
         tx, outcome = tag or ("", "")
-        self._db.execute(
-            "INSERT INTO queue (owner, name, seq, size, body, tx, outcome) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (record.owner, record.name, seq, len(body), body, tx, outcome),
-        )
+        self._enqueued.append((record.owner, record.name, seq, len(body), body, tx, outcome))
         return len(body)
+
+    def _write_enqueued(self) -> None:
+        if self._enqueued:
+            rows, self._enqueued = self._enqueued, []
+            self._db.executemany(
+                "INSERT INTO queue (owner, name, seq, size, body, tx, outcome) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def queued(
         self, record: DurableRecord, after: int, limit: int
-    ) -> list[tuple[int, Publication, Tag | None]]:
+    ) -> list[tuple[int, Publication, Tag | None, int]]:
+        """Up to ``limit`` deliveries queued for ``record`` after number ``after``, in order:
+        (number, publication, tag, bytes)."""
+        self._write_enqueued()
         rows = self._db.execute(
             "SELECT seq, body, tx, outcome FROM queue WHERE owner = ? AND name = ? AND seq > ? "
             "ORDER BY seq LIMIT ?",
             (record.owner, record.name, after, limit),
         ).fetchall()
         return [
-            (seq, _publication(body), (tx, Outcome(outcome)) if tx else None)
+            (seq, _publication(body), (tx, Outcome(outcome)) if tx else None, len(body))
             for seq, body, tx, outcome in rows
         ]
 
     def backlog(self, record: DurableRecord) -> tuple[int, int]:
         """How many deliveries are queued for ``record``, and their bytes."""
+        self._write_enqueued()
         row = self._db.execute(
             "SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE owner = ? AND name = ?",
             (record.owner, record.name),
@@ -379,6 +397,7 @@ class Journal:
     def dequeue(self, record: DurableRecord, upto: int) -> tuple[int, int]:
         """Forget the deliveries up to ``upto`` (acknowledged, or discarded); returns how many
         there were, and their bytes."""
+        self._write_enqueued()
         key = (record.owner, record.name, upto)
         row = self._db.execute(
             "SELECT count(*), coalesce(sum(size), 0) FROM queue "
@@ -390,6 +409,7 @@ class Journal:
 
     def oldest(self, record: DurableRecord, count: int) -> int:
         """The delivery number of the ``count``-th oldest queued delivery (0 if none)."""
+        self._write_enqueued()
         row = self._db.execute(
             "SELECT seq FROM queue WHERE owner = ? AND name = ? ORDER BY seq LIMIT 1 OFFSET ?",
             (record.owner, record.name, count - 1),

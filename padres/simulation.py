@@ -1,10 +1,11 @@
 """An overlay of broker cores in one process, with a deterministic scheduler.
 
 Every link (broker to broker, client to broker, broker to client) is a FIFO queue, as a
-WebSocket is. ``run`` delivers queued messages one at a time, choosing the next link at random
-from a seeded generator, so the same seed replays the same interleaving, and different seeds
-explore different ones. Every message is encoded and decoded on its way, as a connection
-would, so what the simulation checks is what crosses the wire. Tests and
+WebSocket is. ``run`` delivers queued messages a frame at a time (one to ``FRAME`` messages of
+a link, handled in turn after their publications are matched together, as a node does), choosing
+the next link at random from a seeded generator, so the same seed replays the same interleaving,
+and different seeds explore different ones. Every message is encoded and decoded on its way, as
+a connection would, so what the simulation checks is what crosses the wire. Tests and
 ``padres bench overlay`` drive it.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 from padres.accounts import Accounts, Credentials
 from padres.broker import Broker, Covering
@@ -34,7 +36,10 @@ from padres.protocol import (
 from padres.wire import encode
 from rete import CompositeLimits
 
-__all__ = ["SimClient", "Simulation"]
+__all__ = ["FRAME", "SimClient", "Simulation"]
+
+FRAME: Final = 4
+"""The most messages of one link delivered as one frame."""
 
 
 @dataclass(eq=False)
@@ -189,33 +194,38 @@ class Simulation:
             i = self.random.randrange(len(self._ready))
             key = self._ready[i]
             queue = self._queues[key]
-            message = queue.popleft() if queue else None
+            # A frame: up to FRAME messages of the link, read together as a node reads them.
+            size = min(len(queue), count - steps, self.random.randint(1, FRAME))
+            frame = [queue.popleft() for _ in range(size)]
             if not queue:
                 self._ready[i] = self._ready[-1]
                 self._ready.pop()
-            if message is None:
-                continue  # the link failed after this queue was scheduled
-            self._deliver(key[0], key[1], message)
-            steps += 1
+            if frame:  # empty if the link failed after this queue was scheduled
+                self._deliver(key[0], key[1], frame)
+                steps += len(frame)
         self.delivered += steps
         return steps
 
-    def _deliver(self, source: str, target: str, message: Envelope) -> None:
+    def _deliver(self, source: str, target: str, frame: list[Envelope]) -> None:
         client = self.clients.get(target)
         if client is not None and client.broker == source:
-            client.receive(message)
+            for message in frame:
+                client.receive(message)
             return
         broker = self.brokers.get(target)
         if broker is None:
-            return  # it crashed with this message on its way
-        self._clock += 1e-3  # one millisecond a message
-        if isinstance(message, RoutePublish):
-            self.seen[target].append(message.publication)
-        elif isinstance(message, Publication):
-            self.seen[target].append(message)
-        outs = broker.handle(message, source, self._clock)
-        broker.journal.commit()  # as the runtime does before sending what a frame caused
-        self._emit(target, outs)
+            return  # it crashed with these messages on their way
+        broker.prefetch(frame)
+        for message in frame:
+            self._clock += 1e-3  # one millisecond a message
+            if isinstance(message, RoutePublish):
+                self.seen[target].append(message.publication)
+            elif isinstance(message, Publication):
+                self.seen[target].append(message)
+            outs = broker.handle(message, source, self._clock)
+            broker.journal.commit()  # as the runtime does before sending what a frame caused
+            self._emit(target, outs)
+        broker.prefetch(())
 
     def queued(self, source: str, target: str) -> list[Envelope]:
         """The messages on their way from ``source`` to ``target``."""

@@ -10,7 +10,7 @@ the cluster of each of its ``(attribute, value)`` pairs: one dictionary lookup e
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rete.cluster import SMALL, Cluster, Entry
@@ -24,6 +24,8 @@ __all__ = ["AlphaNetwork"]
 ClusterKey = tuple[str, str, Value] | None
 _NOTHING: frozenset[str] = frozenset()
 _EQ, _EQ_NUM = Op.EQ, Op.EQ_NUM
+_TAGS: dict[type, str] = {str: "s", bool: "b"}
+"""``tag`` as a lookup, for the batch loop: any other type is a number."""
 
 
 class AlphaNetwork:
@@ -90,13 +92,54 @@ class AlphaNetwork:
         atomic: list[Any] = []
         parts: list[Any] = []
         clusters = self.clusters
+        keyed = self._keyed_values
         visit = [clusters[None]] if None in clusters else []
         for attribute, value in attributes.items():
-            cluster = clusters.get((attribute, tag(value), value))
-            if cluster is not None:
-                visit.append(cluster)
+            if attribute in keyed:
+                cluster = clusters.get((attribute, tag(value), value))
+                if cluster is not None:
+                    visit.append(cluster)
         for cluster in visit:
             a, p = cluster.match(attributes, memo)
             atomic += a
             parts += p
         return atomic, parts
+
+    def match_batch(
+        self, facts: Sequence[Mapping[str, Value]]
+    ) -> list[tuple[list[Any], list[Any]]]:
+        """``match`` for each of ``facts`` (the same results, in the same order), each cluster
+        that enough of them visit matching its visitors in one pass."""
+        clusters = self.clusters
+        keyed = self._keyed_values
+        tags = _TAGS
+        root = clusters.get(None)
+        routes: list[list[Cluster]] = []
+        visitors: dict[Cluster, list[int]] = {}
+        for i, attributes in enumerate(facts):
+            route = [root] if root is not None else []
+            for attribute, value in attributes.items():
+                if attribute in keyed:
+                    cluster = clusters.get((attribute, tags.get(type(value), "n"), value))
+                    if cluster is not None:
+                        route.append(cluster)
+            for cluster in route:
+                visitors.setdefault(cluster, []).append(i)
+            routes.append(route)
+        memos: list[dict[Test, bool]] = [{} for _ in facts]
+        ahead = {
+            cluster: iter(cluster.match_batch([facts[i] for i in which], [memos[i] for i in which]))
+            for cluster, which in visitors.items()
+            if cluster.batches(len(which))
+        }
+        out: list[tuple[list[Any], list[Any]]] = []
+        for attributes, route, memo in zip(facts, routes, memos, strict=True):
+            atomic: list[Any] = []
+            parts: list[Any] = []
+            for cluster in route:
+                batched = ahead.get(cluster)
+                a, p = cluster.match(attributes, memo) if batched is None else next(batched)
+                atomic += a
+                parts += p
+            out.append((atomic, parts))
+        return out

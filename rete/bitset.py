@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Words", "positions", "to_words", "words_for"]
+__all__ = ["Words", "pairs", "positions", "to_words", "words_for"]
 
 Words = npt.NDArray[np.uint64]
 WORD_DTYPE = np.dtype("<u8")
@@ -28,7 +28,23 @@ def positions(words: Words) -> npt.NDArray[np.int64]:
     """The numbers of the set bits, in increasing order."""
     if words.size <= 2048:  # unpacking everything is cheapest for small sets
         return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little").view(bool))
-    nonzero = np.flatnonzero(words)
+    nonzero = np.flatnonzero(words != 0)  # (flatnonzero is slower on integers than booleans)
     bits = np.unpackbits(words[nonzero].view(np.uint8), bitorder="little").view(bool)
-    rows, cols = np.nonzero(bits.reshape(-1, 64))
-    return nonzero[rows] * 64 + cols
+    at, bit = np.divmod(np.flatnonzero(bits), 64)
+    return nonzero[at] * 64 + bit
+
+
+def pairs(rows: Words) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The set bits of a 2-D array of bitsets (one per row) as (row, bit number) pairs, in
+    increasing order of row, then bit (``positions`` of every row at once)."""
+    rows = np.ascontiguousarray(rows)
+    width = rows.shape[1]
+    nonzero = np.flatnonzero(rows != 0)
+    if nonzero.size * 4 > rows.size:  # dense: unpacking every word is cheapest
+        bits = np.unpackbits(rows.view(np.uint8), axis=1, bitorder="little").view(bool)
+        row, bit = np.divmod(np.flatnonzero(bits), width * 64)
+        return row, bit
+    row, word = np.divmod(nonzero, width)
+    words = rows.reshape(-1)[nonzero].view(np.uint8)
+    at, bit = np.divmod(np.flatnonzero(np.unpackbits(words, bitorder="little").view(bool)), 64)
+    return row[at], word[at] * 64 + bit

@@ -11,17 +11,18 @@ handed out in increasing order; once more than half are dead, the owner swaps in
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from rete.bitset import WORD_DTYPE, Words, positions, to_words, words_for
+from rete.bitset import WORD_DTYPE, Words, pairs, positions, to_words, words_for
 from rete.conditions import Test
 from rete.keyed import KEYED_OPS, KeyedIndex
 from rete.numeric import NumericIndex, intervals
-from rete.operators import Op, Value
+from rete.operators import Op, Value, evaluate
 
 __all__ = ["Cluster", "Entry"]
 
@@ -48,6 +49,10 @@ class Entry:
 
 SMALL: Final = 16
 """Default size up to which a cluster evaluates its conditions directly."""
+FEW: Final = 3
+"""Fewer facts than this visiting a cluster are matched one by one (cheaper below it)."""
+BATCH_WORDS: Final = 1 << 20
+"""Facts matched together in a cluster hold at most this many bitset words (8 MiB)."""
 
 
 class Cluster:
@@ -182,20 +187,7 @@ class Cluster:
             return self._match_directly(attributes)
         self.prepare()
         fail_words, x, big = self.numeric.probe(attributes)
-        fail = 0
-        for attribute, bits in self.present.items():
-            if attribute not in attributes:
-                fail |= bits
-        for attribute, index in self.keyed.items():
-            value = attributes.get(attribute)
-            if value is not None:
-                fail |= index.failing(value)
-        for test, bits in self.residual.items():
-            ok = memo.get(test)
-            if ok is None:
-                ok = memo[test] = test.passes(attributes)
-            if not ok:
-                fail |= bits
+        (fail,) = self._failing([attributes], [memo])
         candidates = self.active
         if fail_words is not None:
             candidates = candidates & ~fail_words
@@ -215,6 +207,89 @@ class Cluster:
         parts = self.is_part.take(slots)
         return targets[~parts].tolist(), targets[parts].tolist()
 
+    def batches(self, facts: int) -> bool:
+        """Whether matching ``facts`` facts together beats matching them one by one here."""
+        return facts >= FEW and not self.tested == self.live <= self.small
+
+    def match_batch(
+        self, facts: Sequence[Mapping[str, Value]], memos: Sequence[dict[Test, bool]]
+    ) -> list[tuple[list[Any], list[Any]]]:
+        """``match`` for many facts at once (``memos[i]`` is fact i's): one vectorized pass
+        over the cluster's bitsets instead of one per fact."""
+        if not self.batches(len(facts)):
+            return [self.match(f, m) for f, m in zip(facts, memos, strict=True)]
+        self.prepare()
+        out: list[tuple[list[Any], list[Any]]] = []
+        step = max(1, BATCH_WORDS // self.active.size)
+        for start in range(0, len(facts), step):
+            chunk = facts[start : start + step]
+            out += self._match_chunk(chunk, memos[start : start + step])
+        return out
+
+    def _match_chunk(
+        self, facts: Sequence[Mapping[str, Value]], memos: Sequence[dict[Test, bool]]
+    ) -> list[tuple[list[Any], list[Any]]]:
+        nwords = self.active.size
+        fail_words, x, big = self.numeric.probe_batch(facts)
+        fails = self._failing(facts, memos)
+        candidates = np.broadcast_to(self.active, (len(facts), nwords))
+        if fail_words is not None:
+            candidates = candidates & ~fail_words
+        if any(fails):
+            packed = b"".join(f.to_bytes(nwords * 8, "little") for f in fails)
+            candidates = candidates & ~np.frombuffer(packed, dtype=WORD_DTYPE).reshape(-1, nwords)
+        which, slots = pairs(candidates)
+        if slots.size and (self.numeric.columns or self.blurred):
+            keep = self.numeric.exact_batch(slots, which, x)
+            if self.blurred or any(big):
+                for i, (fact, slot) in enumerate(zip(which.tolist(), slots.tolist(), strict=True)):
+                    if keep[i]:
+                        keep[i] = self._exact_in_python(slot, facts[fact], big[fact])
+            which, slots = which[keep], slots[keep]
+        ends = np.searchsorted(which, np.arange(len(facts) + 1)).tolist()
+        targets = self.targets.take(slots).tolist()
+        if not self.parts:
+            return [(targets[ends[i] : ends[i + 1]], []) for i in range(len(facts))]
+        is_part = self.is_part.take(slots).tolist()
+        out: list[tuple[list[Any], list[Any]]] = []
+        for i in range(len(facts)):
+            atomic: list[Any] = []
+            parts: list[Any] = []
+            for j in range(ends[i], ends[i + 1]):
+                (parts if is_part[j] else atomic).append(targets[j])
+            out.append((atomic, parts))
+        return out
+
+    def _failing(
+        self, facts: Sequence[Mapping[str, Value]], memos: Sequence[dict[Test, bool]]
+    ) -> list[int]:
+        """Per fact, the slots its presence, keyed and residual tests fail, as a Python int (a
+        keyed index is asked once per distinct value)."""
+        fails = [0] * len(facts)
+        for attribute, bits in self.present.items():
+            for i, attributes in enumerate(facts):
+                if attribute not in attributes:
+                    fails[i] |= bits
+        for attribute, index in self.keyed.items():
+            known: dict[tuple[type, Value], int] = {}
+            for i, attributes in enumerate(facts):
+                value = attributes.get(attribute)
+                if value is not None:
+                    key = (type(value), value)  # 1, 1.0 and True are one dict key otherwise
+                    fail = known.get(key)
+                    if fail is None:
+                        fail = known[key] = index.failing(value)
+                    fails[i] |= fail
+        if self.residual:
+            for i, (attributes, memo) in enumerate(zip(facts, memos, strict=True)):
+                for test, bits in self.residual.items():
+                    ok = memo.get(test)
+                    if ok is None:
+                        ok = memo[test] = test.passes(attributes)
+                    if not ok:
+                        fails[i] |= bits
+        return fails
+
     def prepare(self) -> None:
         """Bring the numeric index up to date (done before matching)."""
         self.numeric.prepare(self.used)
@@ -225,11 +300,17 @@ class Cluster:
         for entry in self.entries:
             if entry is None:
                 continue
-            tests: tuple[Test, ...] = entry.tests  # type: ignore[assignment]  # kept: cluster small
-            if all(a in attributes for a in entry.required) and all(
-                t.passes(attributes) for t in tests
-            ):
-                (parts if entry.is_part else atomic).append(entry.target)
+            for attribute in entry.required:
+                if attribute not in attributes:
+                    break
+            else:
+                tests: tuple[Test, ...] = entry.tests  # type: ignore[assignment]  # cluster small
+                for test in tests:
+                    value = attributes.get(test.attribute)
+                    if value is None or not evaluate(test.op, test.operand, value):
+                        break
+                else:
+                    (parts if entry.is_part else atomic).append(entry.target)
         return atomic, parts
 
     def _recheck(
@@ -241,14 +322,17 @@ class Cluster:
     ) -> None:
         """Decide in Python what floats cannot: large integers in the fact or the conditions."""
         for i, slot in enumerate(slots.tolist()):
-            if not keep[i]:
-                continue
-            if big and not self.numeric.exact_big(slot, big):
-                keep[i] = False
-            elif slot in self.blurred:
-                entry = self.entries[slot]
-                assert entry is not None
-                keep[i] = all(t.passes(attributes) for t in entry.recheck)
+            if keep[i]:
+                keep[i] = self._exact_in_python(slot, attributes, big)
+
+    def _exact_in_python(self, slot: int, attributes: Any, big: list[tuple[int, int]]) -> bool:
+        if big and not self.numeric.exact_big(slot, big):
+            return False
+        if slot in self.blurred:
+            entry = self.entries[slot]
+            assert entry is not None
+            return all(t.passes(attributes) for t in entry.recheck)
+        return True
 
 
 def _clear(bitsets: dict[Any, int], key: Any, bit: int) -> None:

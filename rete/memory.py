@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from itertools import count
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rete.conditions import Bind, Fact
@@ -31,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["AlphaMemory", "Expiry", "Holders", "Stored"]
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class Stored:
     seq: int
     fact: Any
@@ -44,14 +42,9 @@ class Holders:
     def __init__(self) -> None:
         self.by_value: dict[tuple[str, Value], set[AlphaMemory]] = {}
 
-    def get(self, variable: str, value: Value) -> set[AlphaMemory]:
-        return self.by_value.get((variable, value), _NONE)
-
     def __len__(self) -> int:
         return len(self.by_value)
 
-
-_NONE: set[AlphaMemory] = set()
 
 User = tuple["CompositeNode", int]
 """A composite and the number of its part that this memory serves."""
@@ -65,7 +58,8 @@ class AlphaMemory:
         self.private = private
         self.holders = holders
         self.entries: dict[int, Stored] = {}
-        self.index: dict[str, dict[Value, dict[int, Stored]]] = {b.variable: {} for b in binds}
+        self.index: dict[str, dict[Value, list[Stored]]] = {b.variable: {} for b in binds}
+        """variable -> value -> the facts binding it, oldest first."""
         self.users: list[User] = []
         """The join nodes (and their part) a new fact here may activate."""
         self.added: list[int] = []
@@ -106,18 +100,26 @@ class AlphaMemory:
                 if not group:
                     del self.guarded[variable]
 
-    def activated(self, bindings: dict[str, Value]) -> Iterator[User]:
+    def activated(self, bindings: dict[str, Value]) -> list[User]:
         """The users a new fact with ``bindings`` may complete a match for."""
-        yield from self.unguarded
+        if not self.guarded:
+            return self.unguarded
+        out = self.unguarded.copy()
+        by_value = self.holders.by_value
         for variable, by_memory in self.guarded.items():
-            holding = self.holders.get(variable, bindings[variable])
+            holding = by_value.get((variable, bindings[variable]))
+            if holding is None:
+                continue
             if len(holding) < len(by_memory):
                 for memory in holding:
-                    yield from by_memory.get(memory, ())
+                    users = by_memory.get(memory)
+                    if users is not None:
+                        out += users
             else:
                 for memory, users in by_memory.items():
                     if memory in holding:
-                        yield from users
+                        out += users
+        return out
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -135,31 +137,46 @@ class AlphaMemory:
         return out
 
     def store(self, stored: Stored) -> None:
-        self.entries[stored.seq] = stored
+        seq = stored.seq
+        bindings = stored.bindings
+        by_value = self.holders.by_value
+        self.entries[seq] = stored
         for variable, table in self.index.items():
-            value = stored.bindings[variable]
+            value = bindings[variable]
             bucket = table.get(value)
             if bucket is None:
-                bucket = table[value] = {}
-                self.holders.by_value.setdefault((variable, value), set()).add(self)
-            bucket[stored.seq] = stored
+                table[value] = [stored]
+                holding = by_value.get((variable, value))
+                if holding is None:
+                    by_value[variable, value] = {self}
+                else:
+                    holding.add(self)
+            else:
+                bucket.append(stored)
 
     def forget(self, seq: int) -> int:
         """Drop a fact; returns how many users had seen it (0 if it was not here)."""
         stored = self.entries.pop(seq, None)
         if stored is None:
             return 0
+        bindings = stored.bindings
+        by_value = self.holders.by_value
         for variable, table in self.index.items():
-            value = stored.bindings[variable]
+            value = bindings[variable]
             bucket = table[value]
-            del bucket[seq]
-            if not bucket:
+            if len(bucket) > 1:
+                if bucket[0] is stored:
+                    del bucket[0]
+                else:
+                    bucket.remove(stored)
+            else:
                 del table[value]
                 key = (variable, value)
-                holding = self.holders.by_value[key]
-                holding.discard(self)
-                if not holding:
-                    del self.holders.by_value[key]
+                holding = by_value[key]
+                if len(holding) > 1:
+                    holding.discard(self)
+                else:
+                    del by_value[key]
         return bisect_left(self.added, seq)
 
     def clear(self) -> None:
@@ -171,25 +188,31 @@ class AlphaMemory:
 
 
 class Expiry:
-    """Stored facts in timestamp order, for the composite time window."""
+    """Stored facts in timestamp order, for the composite time window: one entry per fact,
+    with the memories holding it."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[datetime, int, int, AlphaMemory]] = []
+        self.heap: list[tuple[datetime, int, list[AlphaMemory]]] = []
         self.newest: datetime | None = None
-        self._ties = count()
+        self.horizon: datetime | None = None
+        """The newest timestamp less the window: anything older is forgotten."""
 
-    def see(self, fact: Fact) -> None:
-        if self.newest is None or fact.timestamp > self.newest:
-            self.newest = fact.timestamp
-
-    def push(self, fact: Fact, seq: int, memory: AlphaMemory) -> None:
-        heapq.heappush(self.heap, (fact.timestamp, seq, next(self._ties), memory))
-
-    def expire(self, oldest: datetime) -> int:
-        """Forget facts older than ``oldest``; returns how many (user, fact) pairs went."""
-        dropped = 0
+    def advance(self, timestamp: datetime, window: timedelta) -> int:
+        """See a fact's timestamp and forget the facts older than the newest timestamp seen
+        less ``window``; returns how many (user, fact) pairs went."""
+        newest = self.newest
+        if newest is None or timestamp > newest:
+            self.newest = timestamp
+            self.horizon = timestamp - window
         heap = self.heap
-        while heap and heap[0][0] < oldest:
-            _, seq, _, memory = heapq.heappop(heap)
-            dropped += memory.forget(seq)
+        horizon = self.horizon
+        assert horizon is not None
+        dropped = 0
+        while heap and heap[0][0] < horizon:
+            _, seq, memories = heapq.heappop(heap)
+            for memory in memories:
+                dropped += memory.forget(seq)
         return dropped
+
+    def push(self, timestamp: datetime, seq: int, memories: list[AlphaMemory]) -> None:
+        heapq.heappush(self.heap, (timestamp, seq, memories))

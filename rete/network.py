@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +54,19 @@ def _signature(memories: list[AlphaMemory], patterns: tuple[tuple[int, ...], ...
 class Network:
     """A Rete network over conjunctive and composite conditions (see the package docstring)."""
 
-    def __init__(self, limits: CompositeLimits | None = None, small_cluster: int = SMALL) -> None:
-        """``small_cluster``: clusters up to this many conditions are evaluated test by test."""
+    def __init__(
+        self,
+        limits: CompositeLimits | None = None,
+        small_cluster: int = SMALL,
+        *,
+        share: bool = True,
+    ) -> None:
+        """``small_cluster``: clusters up to this many conditions are evaluated test by test.
+        ``share``: identical composite parts (and composites) share their memories (and join
+        nodes) under consume-and-remain; a network fed part by part (``match_part``) must not
+        share, or a fact given to one part would reach the identical ones too."""
         self.limits = limits or CompositeLimits()
+        self._share = share and self.limits.policy is Policy.CONSUME_AND_REMAIN
         self._alpha = AlphaNetwork(small_cluster)
         self._atomic: dict[Hashable, Entry] = {}
         self._composite: dict[Hashable, CompositeNode] = {}
@@ -66,6 +76,7 @@ class Network:
         self._expiry = Expiry()
         self._seq = 0
         self._evicted = 0
+        self._prefetched: dict[int, tuple[Mapping[str, Value], tuple[list[Any], list[Any]]]] = {}
 
     def __len__(self) -> int:
         return len(self._atomic) + len(self._composite)
@@ -77,6 +88,7 @@ class Network:
         """Add a condition under a new id; it sees the facts matched from now on."""
         if cid in self:
             raise DuplicateCondition(cid)
+        self._prefetched = {}
         if isinstance(condition, Composite):
             self._composite[cid] = self._join_node(condition)
             node = self._composite[cid]
@@ -93,7 +105,7 @@ class Network:
     def _join_node(self, composite: Composite) -> CompositeNode:
         """The join node for a new composite: an identical one's, if sharing is allowed."""
         memories = [self._memory(part) for part in composite.parts]
-        shared = self.limits.policy is Policy.CONSUME_AND_REMAIN
+        shared = self._share
         node = self._joins.get(_signature(memories, composite.patterns)) if shared else None
         if node is None:
             node = CompositeNode(composite, self.limits)
@@ -114,7 +126,7 @@ class Network:
 
     def _memory(self, part: Conjunction) -> AlphaMemory:
         """The alpha memory of a composite part: shared with identical parts when allowed."""
-        shared = self.limits.policy is Policy.CONSUME_AND_REMAIN
+        shared = self._share
         key = frozenset(part)
         if shared and key in self._shared:
             return self._shared[key]
@@ -128,6 +140,7 @@ class Network:
 
     def remove(self, cid: Hashable) -> None:
         """Remove a condition and everything only it used (composite memories included)."""
+        self._prefetched = {}
         entry = self._atomic.pop(cid, None)
         if entry is not None:
             self._alpha.remove(entry)
@@ -153,51 +166,101 @@ class Network:
         if not self._composite:
             self._expiry.heap.clear()
 
+    def prefetch(self, facts: Sequence[Fact]) -> None:
+        """Run the alpha network over ``facts`` together, ahead of their ``match`` or ``peek``:
+        one vectorized pass per cluster rather than one per fact. Each fact's result waits for
+        its first match or peek (the same fact: the same attributes object) until the next
+        prefetch, or until a condition is added or removed (the results would be stale)."""
+        matched = self._alpha.match_batch([f.attributes for f in facts])
+        self._prefetched = {
+            id(f.attributes): (f.attributes, result)
+            for f, result in zip(facts, matched, strict=True)
+        }
+
+    def match_batch(self, facts: Sequence[Fact]) -> list[Result]:
+        """``match`` each of ``facts`` in turn, the alpha network over all of them at once."""
+        self.prefetch(facts)
+        results = [self.match(f) for f in facts]
+        self._prefetched = {}
+        return results
+
+    def _alpha_match(self, attributes: Mapping[str, Value]) -> tuple[list[Any], list[Any]]:
+        hit = self._prefetched.pop(id(attributes), None)
+        if hit is not None and hit[0] is attributes:
+            return hit[1]
+        return self._alpha.match(attributes)
+
     def peek(self, fact: Fact) -> Result:
         """The atomic conditions ``fact`` satisfies, without matching it: composite conditions
         neither see nor keep it."""
-        return Result(self._alpha.match(fact.attributes)[0])
+        return Result(self._alpha_match(fact.attributes)[0])
 
     def match(self, fact: Fact) -> Result:
         """Match the next fact: the conditions it satisfies and the composites it completes."""
         self._seq += 1
-        atomic, parts = self._alpha.match(fact.attributes)
+        if self._prefetched:
+            atomic, parts = self._alpha_match(fact.attributes)
+        else:
+            atomic, parts = self._alpha.match(fact.attributes)
         if not self._composite:
             return Result(atomic)
+        return Result(atomic, self._join(fact, parts))
+
+    def match_part(self, fact: Fact, cid: Hashable, part: int) -> Result:
+        """Match the next fact as a candidate for one part of composite ``cid`` only (a fact
+        known to come from that part's source): the part's tests still apply. The network must
+        not share memories (``share=False``): a fact given to one part would reach identical
+        parts too."""
+        self._seq += 1
+        node = self._composite[cid]
+        tests, _ = _split(node.composite.parts[part])
+        if not all(t.passes(fact.attributes) for t in tests):
+            return Result()
+        return Result([], self._join(fact, [node.memories[part]]))
+
+    def _join(self, fact: Fact, parts: list[AlphaMemory]) -> list[Activation]:
+        """The beta step: ``fact`` enters the memories of the composite ``parts`` it satisfies,
+        joined against what they hold; the composites it completes."""
         limits = self.limits
-        expiry = self._expiry
-        if limits.window is not None:
-            expiry.see(fact)
-            assert expiry.newest is not None
-            self._evicted += expiry.expire(expiry.newest - limits.window)
+        window = limits.window
+        if window is not None:
+            self._evicted += self._expiry.advance(fact.timestamp, window)
         if not parts:
-            return Result(atomic)
+            return []
         seq = self._seq
-        hits: dict[CompositeNode, dict[int, dict[str, Value]]] = {}
-        stores: list[tuple[AlphaMemory, dict[str, Value]]] = []
+        hits: dict[CompositeNode, dict[int, Stored]] = {}
+        stores: list[tuple[AlphaMemory, Stored]] = []
         for memory in parts:
             bindings = memory.bindings(fact)
             if bindings is None:
                 continue
-            stores.append((memory, bindings))
+            stored = Stored(seq, fact, bindings)
+            stores.append((memory, stored))
             for node, leaf in memory.activated(bindings):
-                hits.setdefault(node, {})[leaf] = bindings
+                leaves = hits.get(node)
+                if leaves is None:
+                    hits[node] = {leaf: stored}
+                else:
+                    leaves[leaf] = stored
         activations: list[Activation] = []
         consumed: set[CompositeNode] = set()
         for node, leaf_hits in hits.items():
-            found = node.activate(leaf_hits, seq, fact)
-            if found and limits.policy is Policy.CONSUME:
-                consumed.add(node)
-            activations += found
-        for memory, bindings in stores:
-            if memory.private and memory.users[0][0] in consumed:
+            found = node.activate(leaf_hits, seq)
+            if found:
+                if limits.policy is Policy.CONSUME:
+                    consumed.add(node)
+                activations += found
+        kept: list[AlphaMemory] = []
+        for memory, stored in stores:
+            if consumed and memory.private and memory.users[0][0] in consumed:
                 continue  # consumed: the fact completed a match and is used up
-            memory.store(Stored(seq, fact, bindings))
-            if limits.window is not None:
-                expiry.push(fact, seq, memory)
+            memory.store(stored)
+            kept.append(memory)
             if len(memory.entries) > limits.max_facts:
                 self._evicted += memory.forget(memory.oldest())
-        return Result(atomic, activations)
+        if window is not None and kept:
+            self._expiry.push(fact.timestamp, seq, kept)
+        return activations
 
     def prepare(self) -> None:
         """Fold every condition added so far into the indexes now, rather than lazily at the

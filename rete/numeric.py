@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Final, cast
 
 import numpy as np
@@ -45,6 +47,7 @@ Floats = npt.NDArray[np.float64]
 
 
 _LT, _LE, _GT, _GE = Op.LT, Op.LE, Op.GT, Op.GE
+_FLOATS: Final = frozenset({int, float})
 _INF = math.inf
 
 
@@ -85,6 +88,30 @@ def intervals(
         recheck += (t for t in tests if t.attribute == attribute and t.op in RANGE_OPS)
     exact = [(a, float(lo), float(hi)) for a, (lo, hi) in bounds.items()]
     return exact, recheck, others
+
+
+def _values(
+    facts: Sequence[Mapping[str, Value]], attributes: list[str]
+) -> list[tuple[Value | None, ...]]:
+    """Each fact's values of ``attributes`` (None where it has none)."""
+    row = itemgetter(*attributes)
+    try:
+        if len(attributes) == 1:
+            return [(row(f),) for f in facts]
+        return [row(f) for f in facts]
+    except KeyError:  # some fact lacks one of them
+        return [tuple(f.get(a) for a in attributes) for f in facts]
+
+
+def _exact_floats(values: list[tuple[Value | None, ...]]) -> Floats | None:
+    """``values`` as floats, if all are numbers (not booleans) that floats hold exactly."""
+    if not set(map(type, chain.from_iterable(values))) <= _FLOATS:
+        return None
+    try:
+        out = np.array(values, dtype=float)
+    except OverflowError:
+        return None
+    return None if (np.abs(out) >= EXACT_LIMIT).any() else out
 
 
 class NumericIndex:
@@ -243,6 +270,58 @@ class NumericIndex:
         rows = self.table[self._rows, cells]
         fail = rows[0] if len(cells) == 1 else np.bitwise_or.reduce(rows, axis=0)
         return fail, np.array(pairs)[:, None], big
+
+    def probe_batch(
+        self, facts: Sequence[Mapping[str, Value]]
+    ) -> tuple[Words | None, Floats, list[list[tuple[int, int]]]]:
+        """``probe`` for many facts at once: the slots that surely fail as one row of words per
+        fact, the facts as columns of ``(x, -x)`` pairs, and each fact's large integers."""
+        big: list[list[tuple[int, int]]] = [[] for _ in facts]
+        if not self.columns:
+            return None, np.empty((0, len(facts))), big
+        width = len(self.columns)
+        given = _values(facts, list(self.columns))
+        xs = _exact_floats(given)
+        if xs is not None and len(facts) <= 16:  # all numbers floats hold: cells at once
+            cells = (xs[:, :, None] >= self.bounds[None, :width, :]).sum(axis=2)
+        elif xs is not None:
+            cells = np.empty((len(facts), width), dtype=np.intp)
+            for column in range(width):
+                cells[:, column] = np.searchsorted(self.bounds[column], xs[:, column], "right")
+        else:
+            xs = np.zeros((len(facts), width))
+            cells = np.full((len(facts), width), MISSING, dtype=np.intp)
+            for i, values in enumerate(given):
+                for column, value in enumerate(values):
+                    t = type(value)
+                    if t is int and abs(value) >= EXACT_LIMIT:  # type: ignore[arg-type]
+                        big[i].append((column, value))  # type: ignore[arg-type]
+                        cells[i, column] = NO_INFO
+                        xs[i, column] = math.inf
+                    elif t is int or t is float:
+                        xs[i, column] = value
+                        cells[i, column] = bisect_right(self._cuts[column], value)  # type: ignore[type-var]
+        pairs = np.empty((2 * width, len(facts)))
+        pairs[0::2] = xs.T
+        pairs[1::2] = -xs.T
+        for i, fact_big in enumerate(big):
+            for column, _ in fact_big:
+                pairs[2 * column + 1, i] = math.inf
+        rows = self.table[self._rows[None, :], cells]
+        fail = rows[:, 0] if width == 1 else np.bitwise_or.reduce(rows, axis=1)
+        return fail, pairs, big
+
+    def exact_batch(
+        self, slots: npt.NDArray[np.int64], facts: npt.NDArray[np.int64], x: Floats
+    ) -> npt.NDArray[np.bool_]:
+        """``exact`` for (fact, slot) pairs: ``x`` as ``probe_batch`` gives it, one column per
+        fact; ``facts[i]`` is the column of the fact paired with ``slots[i]``."""
+        if not self.columns:
+            return np.ones(slots.size, dtype=bool)
+        ends = self.ends[: 2 * len(self.columns)]
+        return cast(
+            npt.NDArray[np.bool_], (ends.take(slots, axis=1) <= x.take(facts, axis=1)).all(axis=0)
+        )
 
     def exact_big(self, slot: int, big: list[tuple[int, int]]) -> bool:
         """Whether ``slot``'s intervals hold the large integers of ``big`` (compared exactly)."""

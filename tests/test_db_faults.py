@@ -225,6 +225,42 @@ def test_a_node_killed_and_started_again_loses_nothing(setup: Setup) -> None:
     assert setup.stored() == {f"n{i}" for i in range(count)}
 
 
+def test_a_node_killed_mid_ingest_keeps_all_it_acknowledged_and_stores_each_once(
+    setup: Setup,
+) -> None:
+    """Killed while it writes large commits: every publication its broker has an
+    acknowledgement for is in the store, and the rest comes again, each stored once."""
+    count = 60_000
+
+    async def run() -> None:
+        async with Client(setup.url, "pub") as pub:
+            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+            await _node_subscribed(pub)
+            publishing = asyncio.get_running_loop().create_task(_publish_fast(pub, 0, count))
+            await eventually(lambda: _acked(setup.url) >= 2_000, timeout=60)
+            setup.db.kill()
+            acked = _acked(setup.url)  # deliveries are numbered in the order published
+            assert {f"n{i}" for i in range(acked)} <= setup.stored()
+            assert acked < count  # killed mid-ingest
+            await publishing
+            await asyncio.to_thread(setup.db.start)
+            await eventually(lambda: setup.store.count() == count, timeout=60)
+
+    asyncio.run(run())
+    assert setup.stored() == {f"n{i}" for i in range(count)}
+    assert setup.store.count() == count
+
+
+def _acked(url: str) -> int:
+    """The last delivery of the node's durable subscription to T its broker has an
+    acknowledgement for."""
+    health = url.replace("ws://", "http://").replace("/ws", "/health")
+    with urllib.request.urlopen(health) as reply:
+        durables = orjson.loads(reply.read())["durables"]
+    (stored,) = [d for d in durables if d["name"].startswith("store-")]
+    return int(stored["acked"])
+
+
 def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from padres.messages import Publication, Unsubscribe
 from padres.parser import parse_advertisement, parse_subscription
 from padres.protocol import Ack, Durable, Guaranteed, Notify, Recover, RoutePublish
 from padres.simulation import SimClient, Simulation
+from padres.wire import encode
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -273,6 +274,75 @@ def test_a_durable_queue_over_its_limit_discards_the_oldest_and_says_so(
     assert "d" in sub.client.acks  # the resumption itself succeeded
 
 
+def _in_flight(sub: Subscriber) -> int:
+    """Deliveries the subscriber has been sent and not acknowledged."""
+    notes = [n for n in sub.client.notifications if isinstance(n, Notify)]
+    return len(notes) - sub.read
+
+
+def test_a_durable_subscription_sends_at_most_its_window_in_deliveries_and_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(durable, "WINDOW", 10)
+    sim = _overlay(7)
+    pub = Publisher(sim, sim.attach("pa", "A"))
+    sub = Subscriber(sim, sim.attach("sc", "C"))
+    for c in (pub, sub):
+        c.connect()
+    sim.run()
+    for _ in range(50):
+        pub.publish()
+    sim.run()
+    assert _in_flight(sub) == 10  # none acknowledged: the window is full
+    sub.collect()  # acknowledges the 10
+    sim.run()
+    assert _in_flight(sub) == 10
+    last = sub.client.notifications[-1]  # n = 19: as long as the next ones
+    assert isinstance(last, Notify)
+    size = len(encode(last.publication))
+    monkeypatch.setattr(durable, "WINDOW_BYTES", 3 * size + 2)  # bytes bind before the count
+    sub.collect()
+    sim.run()
+    assert _in_flight(sub) == 3
+    for _ in range(20):  # three deliveries a round trip
+        sub.collect()
+        sim.run()
+    assert [n for _, n in sub.got] == list(range(50))
+
+
+@pytest.mark.parametrize("away", [True, False])
+def test_deliveries_kept_in_memory_and_read_back_from_the_journal_join_without_gap(
+    monkeypatch: pytest.MonkeyPatch, away: bool
+) -> None:
+    """Far behind (away, or not acknowledging), a client is sent the oldest deliveries from
+    the journal and the latest from memory, each once and in order."""
+    monkeypatch.setattr(durable, "RECENT", 7)
+    monkeypatch.setattr(durable, "WINDOW", 5)
+    sim = _overlay(8)
+    pub = Publisher(sim, sim.attach("pa", "A"))
+    subs = [Subscriber(sim, sim.attach(name, "C")) for name in ("s1", "s2")]
+    pub.connect()
+    for sub in subs:
+        sub.connect()
+    sim.run()
+    if away:
+        for sub in subs:
+            sim.detach(sub.client)
+    for _ in range(40):
+        pub.publish()
+    sim.run()
+    if away:
+        for sub in subs:
+            sim.reattach(sub.client)
+            sub.connect()
+    for _ in range(20):  # five deliveries a round trip
+        _settle(sim, [pub, *subs])
+    for sub in subs:
+        assert [n for _, n in sub.got] == list(range(40))
+    (stats, _) = sim.brokers["C"].durables.statistics()
+    assert stats["queued"] == 0 and stats["acked"] == stats["next"] - 1
+
+
 # -- faults one at a time: links back one by one, clients late, flaps, overlapping crashes ---
 
 
@@ -281,7 +351,7 @@ def _carry(sim: Simulation, source: str, target: str, count: int | None = None) 
     first ``count`` of them, or all): a schedule chosen message by message."""
     queue = sim._queues.get((source, target))
     while queue and (count is None or count > 0):
-        sim._deliver(source, target, queue.popleft())
+        sim._deliver(source, target, [queue.popleft()])
         if count is not None:
             count -= 1
 

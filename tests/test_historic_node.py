@@ -7,7 +7,8 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from msgspec.structs import force_setattr
 
 from historic import Store
 from historic.node import Writer
+from historic.store import Written
 from padres.client import Client, Delivery
 from padres.messages import Filter, Predicate, Publication, Subscription, TimeWindow
 from padres.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
@@ -199,6 +201,47 @@ def test_the_writer_retries_a_locked_database_and_acknowledges_only_what_is_writ
     asyncio.run(run())
     lock.close()
     assert len(store.query(T)) == 10
+    store.close()
+
+
+class _Held(Store):
+    """A store whose writes wait for ``gate``, recording the size of each."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.sizes: list[int] = []
+
+    def write(self, pubs: Sequence[Publication]) -> Written:
+        self.entered.set()
+        self.gate.wait(10)
+        self.sizes.append(len(pubs))
+        return super().write(pubs)
+
+
+def test_the_writer_groups_what_gathers_during_a_write_into_larger_commits(
+    tmp_path: Path,
+) -> None:
+    store = _Held(f"sqlite:///{tmp_path / 'w.sqlite'}")
+    written: list[int] = []
+
+    async def run() -> None:
+        writer = Writer(store, "DB1", batch=10, most=1000, flush_every=0.02)
+        task = asyncio.get_running_loop().create_task(writer.run())
+        for i in range(10):
+            writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
+        await _until(store.entered.is_set)  # the first write has started, and waits
+        for i in range(10, 2500):
+            writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
+        store.gate.set()
+        await _until(lambda: writer.counts.stored == 2500)
+        task.cancel()
+
+    asyncio.run(run())
+    assert store.sizes == [10, 1000, 1000, 490]  # one commit for each, at most ``most``
+    assert written == list(range(2500))  # each acknowledged once, in order, once written
+    assert store.count() == 2500
     store.close()
 
 

@@ -397,3 +397,19 @@ def test_conditions_on_hundreds_of_attributes_match_exactly() -> None:
     assert sorted(net.match(_Fact(fact)).conditions) == [0, 1, 3]
     fact["a299"] = 20
     assert sorted(net.match(_Fact(fact)).conditions) == [0, 1, *range(3, 20, 2)]
+
+
+def test_match_part_feeds_one_part_only_even_where_parts_are_identical() -> None:
+    from padres.parser import parse_composite
+    from padres.rete_engine import to_composite
+
+    sub = parse_composite("{[class,eq,'A'],[k,eq,$K]} & {[class,eq,'A'],[k,eq,$K]}", id="c")
+    net = Network(share=False)
+    net.add("c", to_composite(sub))
+    a1, a2, b1 = (Publication(f"p{i}", {"class": "A", "k": "x"}, NOW) for i in range(3))
+    assert net.match_part(a1, "c", 0).activations == []
+    assert net.match_part(a2, "c", 0).activations == []  # part 1 holds nothing yet
+    matched = net.match_part(b1, "c", 1).activations
+    assert sorted(tuple(p.id for p in a.facts) for a in matched) == [("p0", "p2"), ("p1", "p2")]
+    other = Publication("q", {"class": "B", "k": "x"}, NOW)
+    assert net.match_part(other, "c", 0).activations == []  # the part's tests still apply

@@ -379,7 +379,8 @@ def test_a_journal_written_before_transactions_opens_and_takes_them(tmp_path: Pa
     rows, _ = journal.since("t", 0, 10)
     assert [(pos, tx) for pos, _, _, tx in rows] == [(1, ""), (2, "m@B:t1")]
     assert journal.committed("m@B:t1") and not journal.committed("m@B:t2")
-    assert [tag for _, _, tag in journal.queued(record, 0, 10)] == [("m@B:t1", Outcome.COMMITTED)]
+    tags = [tag for _, _, tag, _ in journal.queued(record, 0, 10)]
+    assert tags == [("m@B:t1", Outcome.COMMITTED)]
     journal.close()
 
 

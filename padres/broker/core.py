@@ -38,12 +38,12 @@ from typing import Final
 from msgspec.structs import force_setattr, replace
 
 from padres.accounts import Account, Accounts, Credentials
-from padres.broker.durable import DURABLE, REFRESH, Durables
+from padres.broker.durable import REFRESH, Durables
 from padres.broker.exception_queues import ExceptionQueues
 from padres.broker.guard import Guard, admin_refusal, reference, routing_filter
-from padres.broker.history import HISTORY, History, Watch, composite_network
+from padres.broker.history import History, Watch, composite_network
 from padres.broker.quotas import Quotas
-from padres.broker.routes import Covering, Out, Routes
+from padres.broker.routes import Covering, Out, Routes, Sink
 from padres.broker.schemas import Declaration, Schemas
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.settle import Settling
@@ -301,6 +301,17 @@ class Broker:
         if isinstance(message, Error):
             return []  # a refused hello, say: never answer an error with an error
         return [(hop, Error("the first message of a connection must be 'hello'"))]
+
+    def prefetch(self, messages: Iterable[object]) -> None:
+        """Match the publications among ``messages``, about to be handled in turn, against
+        the routing network together: one pass of its alpha step over all of them."""
+        pubs: list[Publication] = []
+        for message in messages:
+            if isinstance(message, Publication):
+                pubs.append(message)
+            elif isinstance(message, RoutePublish | RouteTxPublish | Guaranteed):
+                pubs.append(message.publication)
+        self.routes.prefetch(pubs)
 
     def _tagged(self, outs: list[Out]) -> list[Out]:
         """Give every routing message to a neighbour its echo token (see ``settle``); those
@@ -654,7 +665,7 @@ class Broker:
         live = [pid for pid, _ in parts if watch.feeds[pid].live]
         for pid, flt in parts:
             if pid in live:
-                out += self.routes.add_local(Subscription(pid, flt), HISTORY, pid)
+                out += self.routes.add_own(Subscription(pid, flt), Sink.HISTORY)
         out = self._acknowledged(out, live, watch.owner, watch.local_id)
         return self._ended([*out, *watch.report()])
 
@@ -833,7 +844,7 @@ class Broker:
         else:
             rows = [
                 f"{r.id} {format_filter(r.sub.filter)} "
-                f"from={','.join(sorted(r.arrivals)) or r.owner} "
+                f"from={','.join(sorted(r.arrivals)) or r.owner or f'({r.sink})'} "
                 f"to={','.join(sorted({hop for hop, _ in r.sent})) or '-'}"
                 for r in self.routes
             ]
@@ -893,7 +904,7 @@ class Broker:
         each subscription sees by its visibility (composite and historic subscriptions see
         committed ones only)."""
         committed = tag is None or tag[1] is Outcome.COMMITTED
-        owners, hops, activations = self.routes.match(pub, tree, source, composites=committed)
+        matches = self.routes.match(pub, tree, source, composites=committed)
         out: list[Out] = []
         if tree is not None:
             message: RoutePublish | RouteTxPublish = (
@@ -901,17 +912,17 @@ class Broker:
                 if tag is None
                 else RouteTxPublish(pub, tree, tag[0], tag[1], position)
             )
-            out += [(hop, message) for hop in sorted(hops)]
-        for gid in owners.pop(DURABLE, ()):
+            out += [(hop, message) for hop in sorted(matches.hops)]
+        for gid in matches.durables:
             out += self.durables.arrived(gid, pub, tree, position, tag)
-        for pid in owners.pop(HISTORY, ()):
-            if committed:
+        if committed:
+            for pid in matches.watches:
                 out += self.history.arrived(pid, pub)
         if tag is None:
-            out += [(owner, Notify(pub, tuple(ids))) for owner, ids in owners.items()]
+            out += [(client, Notify(pub, tuple(ids))) for client, ids in matches.clients.items()]
         else:
-            out += deliveries(pub, owners, tag, self._visibility)
-        for activation in activations:
+            out += deliveries(pub, matches.clients, tag, self._visibility)
+        for activation in matches.activations:
             owner, local_id, _ = self._composites[activation.id]
             facts: tuple[Publication, ...] = activation.facts
             out.append((owner, CompositeNotify(local_id, facts, activation.bindings)))

@@ -3,9 +3,12 @@
 A durable subscription lives at its edge broker, in the broker's journal: it outlasts its
 client's connection and the broker's own restarts. What it matches is queued there, numbered
 (``Notify.seq``), and sent to the client when it is connected, at most ``WINDOW`` deliveries
-ahead of its acknowledgements (``Ack``); the rest waits on disk. While the client is away the
-queue is bounded (``MAX_QUEUED`` deliveries, ``MAX_QUEUED_BYTES``): past that the oldest
-deliveries are discarded, counted, and the client is told how many when it comes back.
+and ``WINDOW_BYTES`` ahead of its acknowledgements (``Ack``); the rest waits on disk. The
+latest deliveries queued are also kept in memory (``RECENT``, ``RECENT_BYTES``,
+``RECENT_TOTAL_BYTES``), so that a client catching up is sent them without reading them back
+from the journal. While the client is away the queue is bounded (``MAX_QUEUED`` deliveries,
+``MAX_QUEUED_BYTES``): past that the oldest deliveries are discarded, counted, and the client
+is told how many when it comes back.
 
 Guaranteed publications carry their position in the journal of the broker where they were
 published, the root of the tree they travel down. For each tree it follows, a durable
@@ -37,12 +40,12 @@ carries it), so that what a subscription sees does not depend on how it came.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from padres.broker.routes import Out, Routes
+from padres.broker.routes import Out, Routes, Sink
 from padres.broker.settle import Settling
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
@@ -52,20 +55,33 @@ from padres.messages import Publication, Subscription
 from padres.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
 
 __all__ = [
-    "DURABLE",
     "MAX_QUEUED",
     "MAX_QUEUED_BYTES",
+    "RECENT",
+    "RECENT_BYTES",
+    "RECENT_TOTAL_BYTES",
     "REFRESH",
     "STALLED",
     "WINDOW",
+    "WINDOW_BYTES",
     "Durables",
 ]
 
-DURABLE: Final = "(durable)"
-"""The owner of the routes of durable subscriptions: their matches go to ``Durables``."""
-
-WINDOW: Final = 1000
-"""Deliveries a durable subscription sends ahead of its client's acknowledgements."""
+WINDOW: Final = 20_000
+"""Deliveries a durable subscription sends ahead of its client's acknowledgements, at most."""
+WINDOW_BYTES: Final = 4 << 20
+"""Bytes of deliveries a durable subscription sends ahead of its client's acknowledgements, at
+most (one delivery always goes, however large); well below a client's queue at its broker
+(``padres.runtime.node.Limits.client_queue``), so that none is dropped on the way."""
+RECENT: Final = 10_000
+"""Deliveries not yet sent that a durable subscription keeps in memory as well, at most: the
+latest queued."""
+RECENT_BYTES: Final = 4 << 20
+"""Bytes (encoded) of deliveries not yet sent that a durable subscription keeps in memory, at
+most."""
+RECENT_TOTAL_BYTES: Final = 32 << 20
+"""Bytes (encoded) of deliveries not yet sent that all the durable subscriptions of a broker
+keep in memory, at most."""
 MAX_QUEUED: Final = 10_000_000
 """Deliveries a durable subscription keeps for its client, at most."""
 MAX_QUEUED_BYTES: Final = 1 << 30
@@ -95,6 +111,13 @@ class _Passage:
 
 
 @dataclass
+class _Memory:
+    """Bytes of deliveries kept in memory by all the durable subscriptions of a broker."""
+
+    used: int = 0
+
+
+@dataclass
 class _Durable:
     record: DurableRecord
     gid: str
@@ -111,6 +134,73 @@ class _Durable:
     bytes: int = 0
     told: int = 0
     """How many discarded deliveries the client has been told of."""
+    flight: deque[tuple[int, int]] = field(default_factory=deque)
+    """The deliveries sent and not acknowledged: (number, bytes), in order."""
+    flight_bytes: int = 0
+    recent: deque[tuple[int, Publication, Tag | None, int]] = field(default_factory=deque)
+    """The latest deliveries queued and not sent, in order, their numbers consecutive up to
+    the last queued (``record.next - 1``): (number, publication, tag, bytes). The journal
+    holds them too; those before the first are read back from it."""
+    recent_bytes: int = 0
+    memory: _Memory = field(default_factory=_Memory)
+
+    def keep(self, seq: int, pub: Publication, tag: Tag | None, size: int) -> None:
+        """Keep delivery ``seq``, just queued and not sent, in memory (``recent``), the oldest
+        kept going first when over the bounds."""
+        self.recent.append((seq, pub, tag, size))
+        self.recent_bytes += size
+        self.memory.used += size
+        recent = self.recent
+        while recent and (
+            len(recent) > RECENT
+            or self.recent_bytes > RECENT_BYTES
+            or self.memory.used > RECENT_TOTAL_BYTES
+        ):
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        size = self.recent.popleft()[3]
+        self.recent_bytes -= size
+        self.memory.used -= size
+
+    def sending(self, seq: int, size: int) -> None:
+        """Delivery ``seq`` goes to the client now."""
+        self.sent = seq
+        self.flight.append((seq, size))
+        self.flight_bytes += size
+        while self.recent and self.recent[0][0] <= seq:
+            self._forget_oldest()
+
+    def skip(self, upto: int) -> None:
+        """The deliveries up to ``upto`` are discarded: neither sent nor kept."""
+        self.landed(upto)
+        self.sent = max(self.sent, upto)
+        while self.recent and self.recent[0][0] <= upto:
+            self._forget_oldest()
+
+    def clear(self) -> None:
+        """Keep nothing in memory (the subscription is dropped)."""
+        while self.recent:
+            self._forget_oldest()
+
+    def landed(self, acked: int) -> None:
+        """The deliveries up to ``acked`` are no longer in flight (acknowledged, or
+        discarded)."""
+        flight = self.flight
+        while flight and flight[0][0] <= acked:
+            self.flight_bytes -= flight.popleft()[1]
+
+    def restart(self) -> None:
+        """The client resumes after its last acknowledgement: nothing is in flight."""
+        self.sent = self.record.acked
+        self.flight.clear()
+        self.flight_bytes = 0
+
+    def room(self, size: int) -> bool:
+        """Whether a delivery of ``size`` bytes may go now, by the window."""
+        if not self.flight:
+            return True
+        return self.sent - self.record.acked < WINDOW and self.flight_bytes + size <= WINDOW_BYTES
 
 
 class Durables:
@@ -137,6 +227,7 @@ class Durables:
         """Recoveries on their way through this broker, by request id."""
         self._round = 0
         """How many rounds of ``refresh`` have been."""
+        self._memory = _Memory()
 
     def __len__(self) -> int:
         return len(self._durables)
@@ -147,12 +238,12 @@ class Durables:
         for record in self.journal.durables():
             durable = self._take(record)
             durable.queued, durable.bytes = self.journal.backlog(record)
-            durable.sent = record.acked
+            durable.restart()
             route = Subscription(durable.gid, record.subscription.filter)
-            self.routes.add_local(route, DURABLE, durable.gid)
+            self.routes.add_own(route, Sink.DURABLE)
 
     def _take(self, record: DurableRecord) -> _Durable:
-        durable = _Durable(record, self._new_id())
+        durable = _Durable(record, self._new_id(), memory=self._memory)
         self._durables[record.owner, record.name] = durable
         self._owned[record.owner] += 1
         self._by_gid[durable.gid] = durable
@@ -221,7 +312,7 @@ class Durables:
             durable = self._take(record)
             self.journal.save(durable.record)
             route = Subscription(durable.gid, sub.filter)
-            out += self.routes.add_local(route, DURABLE, durable.gid)
+            out += self.routes.add_own(route, Sink.DURABLE)
         elif durable.record.subscription.filter != sub.filter:
             raise ValueError(f"durable subscription {sub.id!r} exists with another filter")
         elif durable.record.visibility is not visibility:
@@ -233,7 +324,7 @@ class Durables:
         durable.hop = hop
         if acked > record.acked:
             self._acked(durable, min(acked, record.next - 1))
-        durable.sent = record.acked
+        durable.restart()
         if record.discarded > durable.told:
             lost = record.discarded - durable.told
             durable.told = record.discarded
@@ -256,6 +347,7 @@ class Durables:
         if not self._owned[owner]:
             del self._owned[owner]
         del self._by_gid[durable.gid]
+        durable.clear()
         self.journal.forget(durable.record)
         return self.routes.remove_local(durable.gid)
 
@@ -271,22 +363,42 @@ class Durables:
         if seq <= record.acked:
             return
         record.acked = seq
+        durable.landed(seq)
         count, size = self.journal.dequeue(record, seq)
         durable.queued -= count
         durable.bytes -= size
         self.journal.save(record)
 
     def _pump(self, durable: _Durable) -> list[Out]:
-        """Send what the client may have now (up to ``WINDOW`` ahead of its acks)."""
+        """Send what the client may have now (up to the window ahead of its acks): what is
+        kept in memory, and before it what only the journal holds."""
         hop = durable.hop
-        room = WINDOW - (durable.sent - durable.record.acked)
-        if hop is None or room <= 0 or durable.sent >= durable.record.next - 1:
-            return []
-        name = durable.record.name
-        rows = self.journal.queued(durable.record, durable.sent, room)
-        if rows:
-            durable.sent = rows[-1][0]
-        return [(hop, delivery(pub, (name,), seq, tag)) for seq, pub, tag in rows]
+        record = durable.record
+        out: list[Out] = []
+        if hop is None:
+            return out
+        recent = durable.recent
+        while durable.sent < record.next - 1:
+            if not durable.room(0):
+                break
+            if recent and recent[0][0] == durable.sent + 1:
+                seq, pub, tag, size = recent[0]
+                if not durable.room(size):
+                    break
+                durable.sending(seq, size)
+                out.append((hop, delivery(pub, (record.name,), seq, tag)))
+                continue
+            until = recent[0][0] if recent else record.next
+            count = min(WINDOW - (durable.sent - record.acked), until - durable.sent - 1)
+            rows = self.journal.queued(record, durable.sent, count)
+            if not rows:
+                break
+            for seq, pub, tag, size in rows:
+                if not durable.room(size):
+                    return out
+                durable.sending(seq, size)
+                out.append((hop, delivery(pub, (record.name,), seq, tag)))
+        return out
 
     # -- publications ------------------------------------------------------------------------
 
@@ -313,14 +425,17 @@ class Durables:
         record = durable.record
         seq = record.next
         record.next += 1
-        durable.bytes += self.journal.enqueue(record, seq, pub, tag)
+        size = self.journal.enqueue(record, seq, pub, tag)
+        durable.bytes += size
         durable.queued += 1
         if durable.queued > MAX_QUEUED or durable.bytes > MAX_QUEUED_BYTES:
             self._discard(durable)
         self.journal.save(record)
-        if durable.hop is not None and durable.sent == seq - 1 and seq - record.acked <= WINDOW:
-            durable.sent = seq
+        if durable.hop is not None and durable.sent == seq - 1 and durable.room(size):
+            durable.sending(seq, size)
             return [(durable.hop, delivery(pub, (record.name,), seq, tag))]
+        if durable.sent < seq:
+            durable.keep(seq, pub, tag, size)
         return self._pump(durable)
 
     def _discard(self, durable: _Durable) -> None:
@@ -331,7 +446,7 @@ class Durables:
         self.journal.dequeue(record, upto)
         record.discarded += upto - record.acked
         record.acked = upto
-        durable.sent = max(durable.sent, upto)
+        durable.skip(upto)
         durable.queued, durable.bytes = self.journal.backlog(record)
 
     # -- recovery ----------------------------------------------------------------------------

@@ -20,9 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final
-
-from msgspec.structs import replace
 
 from padres.broker.replay import Feed
 from padres.broker.routes import Out
@@ -36,18 +33,10 @@ from padres.protocol import (
     ReplayEnd,
     ReplayRequest,
 )
-from padres.rete_engine import to_conjunction
-from rete import Composite, CompositeLimits, Network
-from rete.conditions import Test
-from rete.operators import Op
+from padres.rete_engine import to_composite
+from rete import CompositeLimits, Network
 
-__all__ = ["HISTORY", "History", "Watch"]
-
-HISTORY: Final = "(history)"
-"""The owner of the live routes of watched subscriptions: their matches go to ``History``."""
-
-_PART: Final = "_replay_part"
-"""Tags a publication with the part of a watched composite it was fed to."""
+__all__ = ["History", "Watch"]
 
 
 @dataclass
@@ -85,14 +74,13 @@ class Watch:
             out = []
             index = self.indexes[part]
             for pub in pubs:
-                tagged = replace(pub, attributes={**pub.attributes, _PART: index})
-                for activation in self.network.match(tagged).activations:
-                    facts = [_untagged(f) for f in activation.facts]
+                for activation in self.network.match_part(pub, self.local_id, index).activations:
+                    facts: tuple[Publication, ...] = activation.facts
                     if len({(f.publisher, f.id) for f in facts}) == len(facts):
                         out.append(
                             (
                                 self.owner,
-                                CompositeNotify(self.local_id, tuple(facts), activation.bindings),
+                                CompositeNotify(self.local_id, facts, activation.bindings),
                             )
                         )
         if not self.reported:
@@ -115,18 +103,10 @@ class Watch:
         return [(self.owner, done)]
 
 
-def _untagged(pub: Publication) -> Publication:
-    attrs = {k: v for k, v in pub.attributes.items() if k != _PART}
-    return Publication(pub.id, attrs, pub.timestamp, pub.publisher)
-
-
 def composite_network(sub: CompositeSubscription, limits: CompositeLimits | None) -> Network:
-    """A network holding only ``sub``, each part also asking for its own tag."""
-    network = Network(limits)
-    parts = tuple(
-        (*to_conjunction(flt), Test(_PART, Op.EQ_NUM, i)) for i, flt in enumerate(sub.filters)
-    )
-    network.add(sub.id, Composite(parts, sub.patterns))
+    """A network holding only ``sub`` (under its id), fed part by part (``Watch.deliveries``)."""
+    network = Network(limits, share=False)
+    network.add(sub.id, to_composite(sub))
     return network
 
 

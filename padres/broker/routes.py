@@ -3,7 +3,9 @@
 Every subscription a broker knows sits once in a Rete network (``rete.Network``), so matching a
 publication against all of them is one ``match`` call. Beside it, each subscription's route says
 
-- which local client owns it (a subscription made here), and under which id to notify it;
+- for a subscription made here, where its matches go (its ``Sink``): to the client that made
+  it, under the id the client knows it by, to a durable subscription's queue, or to the watch
+  of a historic or hybrid subscription;
 - ``arrivals``: the neighbours that sent it here, and for which advertisement trees; a
   publication travelling down tree T goes to the neighbours that sent a matching subscription
   for T, which are T's children that asked for it;
@@ -20,11 +22,11 @@ covering only makes a table larger, never changes a delivery.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import combinations, islice
-from typing import Final, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias
 
 from padres.broker.trees import Trees
 from padres.messages import Filter, Predicate, Publication, Subscription
@@ -34,7 +36,7 @@ from padres.rete_engine import to_conjunction
 from rete import Activation, Network
 from rete.operators import Op
 
-__all__ = ["COVER_SCAN", "Covering", "Out", "Route", "Routes"]
+__all__ = ["COVER_SCAN", "Covering", "Matches", "Out", "Route", "Routes", "Sink"]
 
 COVER_SCAN: Final = 64
 
@@ -56,13 +58,43 @@ class Covering(StrEnum):
     """Also: forwarding a subscription withdraws the ones it covers from that slot."""
 
 
+class Sink(StrEnum):
+    """Where the publications a subscription made at this broker matches go."""
+
+    CLIENT = "client"
+    """To the client that made it (``Route.owner``), as ``Route.notify_as``."""
+    DURABLE = "durable"
+    """To the queue of the durable subscription whose route it is (``Durables``)."""
+    HISTORY = "history"
+    """To the watch of the historic or hybrid subscription (or part) whose route it is
+    (``History``): the live stream of a subscription with a time window."""
+
+
+class Matches(NamedTuple):
+    """Where a publication goes (``Routes.match``)."""
+
+    clients: dict[str, list[str]]
+    """Per client hop, the ids it knows its matching subscriptions by."""
+    durables: list[str]
+    """The route ids of the durable subscriptions it matches."""
+    watches: list[str]
+    """The route ids of the watched subscriptions (or parts) it matches."""
+    hops: set[str]
+    """The neighbours to forward it to."""
+    activations: list[Activation]
+    """The composite subscriptions it completes."""
+
+
 @dataclass(eq=False)
 class Route:
     sub: Subscription
+    sink: Sink | None = None
+    """Where its matches go, for a subscription made at this broker; None for the others."""
     owner: str | None = None
-    """The local client's hop, for a subscription made at this broker."""
+    """For a client's subscription: the client's hop."""
     notify_as: str | None = None
-    """The id the owner knows it by; None for a part of a composite subscription."""
+    """For a client's subscription: the id the client knows it by; None for a part of a
+    composite subscription (its matches go to the composite)."""
     trees: set[str] = field(default_factory=set)
     """For a local subscription: the trees with an advertisement it overlaps."""
     arrivals: dict[str, set[str]] = field(default_factory=dict)
@@ -106,7 +138,16 @@ class Routes:
     # -- changes -----------------------------------------------------------------------------
 
     def add_local(self, sub: Subscription, owner: str, notify_as: str | None) -> list[Out]:
-        route = Route(sub, owner, notify_as)
+        """A subscription client hop ``owner`` made here (see ``Route.notify_as``)."""
+        return self._add_local(Route(sub, Sink.CLIENT, owner, notify_as))
+
+    def add_own(self, sub: Subscription, sink: Literal[Sink.DURABLE, Sink.HISTORY]) -> list[Out]:
+        """A subscription made here for ``sink``, not for a client: the queue of a durable
+        subscription, or the watch of a historic or hybrid subscription."""
+        return self._add_local(Route(sub, sink))
+
+    def _add_local(self, route: Route) -> list[Out]:
+        sub = route.sub
         self._insert(route)
         self._local.setdefault(sub.filter.class_name, {})[sub.id] = route
         route.trees = self.trees.overlapping(sub.filter)
@@ -140,7 +181,7 @@ class Routes:
         del self._local[route.sub.filter.class_name][subscription_id]
         if not self._local[route.sub.filter.class_name]:
             del self._local[route.sub.filter.class_name]
-        route.owner = route.notify_as = None
+        route.sink = route.owner = route.notify_as = None
         route.trees.clear()
         return self._refresh(route)
 
@@ -191,26 +232,40 @@ class Routes:
 
     # -- matching ----------------------------------------------------------------------------
 
+    def prefetch(self, pubs: Sequence[Publication]) -> None:
+        """Match ``pubs`` against the routing network's alpha step together, ahead of their
+        ``match`` one by one (see ``rete.Network.prefetch``)."""
+        self.network.prefetch(pubs)
+
     def match(
         self, pub: Publication, tree: str | None, source: str, *, composites: bool = True
-    ) -> tuple[dict[str, list[str]], set[str], list[Activation]]:
-        """Who gets ``pub``: local owners with their subscription ids, neighbour hops to
-        forward it to (down ``tree``, never back to ``source``), and composite activations
-        (with ``composites`` false, composite subscriptions do not see it at all)."""
+    ) -> Matches:
+        """Where ``pub`` goes: the subscriptions made here it matches, by sink, the neighbours
+        to forward it to (down ``tree``, never back to ``source``), and the composite
+        activations (with ``composites`` false, composite subscriptions do not see it at all)."""
         result = self.network.match(pub) if composites else self.network.peek(pub)
-        owners: dict[str, list[str]] = {}
+        clients: dict[str, list[str]] = {}
+        durables: list[str] = []
+        watches: list[str] = []
         hops: set[str] = set()
         routes = self._routes
+        client, durable, history = Sink.CLIENT, Sink.DURABLE, Sink.HISTORY  # as locals: faster
         for sid in result.conditions:
             route = routes[sid]
-            if route.notify_as is not None and route.owner is not None:
-                owners.setdefault(route.owner, []).append(route.notify_as)
+            sink = route.sink
+            if sink is client:
+                if route.notify_as is not None and route.owner is not None:
+                    clients.setdefault(route.owner, []).append(route.notify_as)
+            elif sink is durable:
+                durables.append(sid)
+            elif sink is history:
+                watches.append(sid)
             if tree is not None:
                 for hop, trees in route.arrivals.items():
                     if tree in trees:
                         hops.add(hop)
         hops.discard(source)
-        return owners, hops, result.activations
+        return Matches(clients, durables, watches, hops, result.activations)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -249,7 +304,7 @@ class Routes:
         for slot in sorted(wanted - route.sent - route.hidden_by.keys()):
             additions += self._place(route, slot)
         out += _batched(additions)
-        if route.owner is None and not route.arrivals:
+        if route.sink is None and not route.arrivals:
             self._drop(route)
         return out
 

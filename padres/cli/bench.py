@@ -60,6 +60,12 @@ def register(commands: Any) -> None:
     h = benches.add_parser("history", help="historic store: ingest rate and a 1%% query")
     h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
+    h.add_argument(
+        "--batch",
+        type=int,
+        default=10_000,
+        help="publications per commit (a database node's commits grow from 500 to 10,000)",
+    )
     _data_and_json(h)
     h.set_defaults(run=run_history)
     r = benches.add_parser(
@@ -142,7 +148,7 @@ def run_guaranteed(args: argparse.Namespace) -> int:
 def run_history(args: argparse.Namespace) -> int:
     from historic import bench as history  # the storage layer sits above the core package
 
-    result = history.run(args.count, args.url, args.data)
+    result = history.run(args.count, args.url, args.data, args.batch)
     _show(args, result, history.report)
     return 0 if result["query_rows"] == result["query_expected"] else 1
 

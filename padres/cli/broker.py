@@ -18,6 +18,7 @@ from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.logs import setup_logging
 from padres.errors import CommandError, JournalError
 from padres.journal import Journal, Sync
+from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
 from padres.tls import ServerTLS
 from rete.limits import CompositeLimits
@@ -293,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
     scheme = "ws" if tls is None else "wss"
 
     def ready(port: int) -> None:
+        collector.settle()
         print(f"broker {args.id} listening on {scheme}://{args.host}:{port}/ws", flush=True)
 
     try:

@@ -11,6 +11,7 @@ from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, ParseError
 from padres.parser import parse_filter
 from padres.printer import format_filter
+from padres.runtime import collector
 
 DEFAULT_BROKER = "ws://127.0.0.1:8001"
 
@@ -78,6 +79,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await node.start()
         for spec in specs:
             await node.store_spec(spec)
+        collector.settle()
         print(
             f"database {args.id} attached to {client.broker}, storing into {store.url}", flush=True
         )
