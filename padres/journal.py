@@ -361,13 +361,25 @@ class Journal:
         return len(body)
 
     def _write_enqueued(self) -> None:
-        if self._enqueued:
-            rows, self._enqueued = self._enqueued, []
+        """Insert the deliveries queued so far: all of them, or, on an error, none (they stay
+        queued for the next attempt)."""
+        if not self._enqueued:
+            return
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN")
+        self._db.execute("SAVEPOINT enqueued")
+        try:
             self._db.executemany(
                 "INSERT INTO queue (owner, name, seq, size, body, tx, outcome) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
+                self._enqueued,
             )
+        except BaseException:
+            self._db.execute("ROLLBACK TO enqueued")
+            self._db.execute("RELEASE enqueued")
+            raise
+        self._db.execute("RELEASE enqueued")
+        self._enqueued.clear()
 
     def queued(
         self, record: DurableRecord, after: int, limit: int

@@ -310,6 +310,44 @@ def test_a_durable_subscription_sends_at_most_its_window_in_deliveries_and_bytes
     assert [n for _, n in sub.got] == list(range(50))
 
 
+def test_the_window_in_bytes_is_shared_by_the_durable_subscriptions_of_a_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two durable subscriptions of one client send no more bytes ahead of its
+    acknowledgements than one may (and one delivery of each always goes): so many of them
+    cannot overflow the client's queue at its broker."""
+    sim = _overlay(9)
+    pub = Publisher(sim, sim.attach("pa", "A"))
+    client = sim.attach("sc", "C")
+    pub.connect()
+    for name in ("d1", "d2"):
+        sim.send(client, Durable(parse_subscription("[class,eq,'T']", id=name), 0))
+    sim.run()
+    pub.publish()
+    sim.run()
+    size = len(encode(client.notifications[-1].publication))
+    monkeypatch.setattr(durable, "WINDOW_BYTES", 5 * size + 2)
+    for name in ("d1", "d2"):
+        sim.send(client, Ack(name, 1))
+    for _ in range(40):
+        pub.publish()
+    sim.run()
+    in_flight = client.notifications[2:]
+    assert 5 <= len(in_flight) <= 6  # together, about five (at most one more: one of each goes)
+    assert sum(len(encode(n.publication)) for n in in_flight) <= 5 * size + 2 + size
+    acked = {"d1": 1, "d2": 1}
+    for _ in range(60):
+        for note in client.notifications:
+            for name in note.subscriptions:
+                acked[name] = max(acked[name], note.seq)
+        for name, seq in acked.items():
+            sim.send(client, Ack(name, seq))
+        sim.run()
+    for name in ("d1", "d2"):
+        seqs = [n.seq for n in client.notifications if n.subscriptions == (name,)]
+        assert seqs == list(range(1, 42)), name  # every one, once, in order
+
+
 @pytest.mark.parametrize("away", [True, False])
 def test_deliveries_kept_in_memory_and_read_back_from_the_journal_join_without_gap(
     monkeypatch: pytest.MonkeyPatch, away: bool

@@ -57,6 +57,7 @@ from padres.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
 __all__ = [
     "MAX_QUEUED",
     "MAX_QUEUED_BYTES",
+    "READ",
     "RECENT",
     "RECENT_BYTES",
     "RECENT_TOTAL_BYTES",
@@ -70,9 +71,12 @@ __all__ = [
 WINDOW: Final = 20_000
 """Deliveries a durable subscription sends ahead of its client's acknowledgements, at most."""
 WINDOW_BYTES: Final = 4 << 20
-"""Bytes of deliveries a durable subscription sends ahead of its client's acknowledgements, at
-most (one delivery always goes, however large); well below a client's queue at its broker
-(``padres.runtime.node.Limits.client_queue``), so that none is dropped on the way."""
+"""Bytes of deliveries the durable subscriptions of one client send ahead of its
+acknowledgements, together, at most (one delivery of each always goes, however large); well
+below a client's queue at its broker (``padres.runtime.node.Limits.client_queue``), so that
+none is dropped on the way."""
+READ: Final = 1_000
+"""Deliveries read back from the journal at a time to be sent (the window may take fewer)."""
 RECENT: Final = 10_000
 """Deliveries not yet sent that a durable subscription keeps in memory as well, at most: the
 latest queued."""
@@ -112,7 +116,8 @@ class _Passage:
 
 @dataclass
 class _Memory:
-    """Bytes of deliveries kept in memory by all the durable subscriptions of a broker."""
+    """Bytes counted together by several durable subscriptions: those kept in memory by all of
+    a broker's, or those in flight to one client."""
 
     used: int = 0
 
@@ -137,6 +142,9 @@ class _Durable:
     flight: deque[tuple[int, int]] = field(default_factory=deque)
     """The deliveries sent and not acknowledged: (number, bytes), in order."""
     flight_bytes: int = 0
+    window: _Memory = field(default_factory=_Memory)
+    """The bytes in flight to its client, counted with its client's other durable
+    subscriptions."""
     recent: deque[tuple[int, Publication, Tag | None, int]] = field(default_factory=deque)
     """The latest deliveries queued and not sent, in order, their numbers consecutive up to
     the last queued (``record.next - 1``): (number, publication, tag, bytes). The journal
@@ -168,6 +176,7 @@ class _Durable:
         self.sent = seq
         self.flight.append((seq, size))
         self.flight_bytes += size
+        self.window.used += size
         while self.recent and self.recent[0][0] <= seq:
             self._forget_oldest()
 
@@ -175,8 +184,6 @@ class _Durable:
         """The deliveries up to ``upto`` are discarded: neither sent nor kept."""
         self.landed(upto)
         self.sent = max(self.sent, upto)
-        while self.recent and self.recent[0][0] <= upto:
-            self._forget_oldest()
 
     def clear(self) -> None:
         """Keep nothing in memory (the subscription is dropped)."""
@@ -184,23 +191,30 @@ class _Durable:
             self._forget_oldest()
 
     def landed(self, acked: int) -> None:
-        """The deliveries up to ``acked`` are no longer in flight (acknowledged, or
+        """The deliveries up to ``acked`` are no longer in flight nor kept (acknowledged, or
         discarded)."""
         flight = self.flight
         while flight and flight[0][0] <= acked:
-            self.flight_bytes -= flight.popleft()[1]
+            size = flight.popleft()[1]
+            self.flight_bytes -= size
+            self.window.used -= size
+        while self.recent and self.recent[0][0] <= acked:
+            self._forget_oldest()
 
-    def restart(self) -> None:
-        """The client resumes after its last acknowledgement: nothing is in flight."""
+    def restart(self, window: _Memory | None = None) -> None:
+        """The client resumes after its last acknowledgement: nothing is in flight (``window``:
+        the bytes in flight to the client it resumes with, counted from now)."""
         self.sent = self.record.acked
         self.flight.clear()
+        self.window.used -= self.flight_bytes
         self.flight_bytes = 0
+        self.window = window or _Memory()
 
     def room(self, size: int) -> bool:
         """Whether a delivery of ``size`` bytes may go now, by the window."""
         if not self.flight:
             return True
-        return self.sent - self.record.acked < WINDOW and self.flight_bytes + size <= WINDOW_BYTES
+        return self.sent - self.record.acked < WINDOW and self.window.used + size <= WINDOW_BYTES
 
 
 class Durables:
@@ -228,6 +242,8 @@ class Durables:
         self._round = 0
         """How many rounds of ``refresh`` have been."""
         self._memory = _Memory()
+        self._windows: dict[str, _Memory] = {}
+        """Per connected client's hop, the bytes in flight to it."""
 
     def __len__(self) -> int:
         return len(self._durables)
@@ -324,7 +340,7 @@ class Durables:
         durable.hop = hop
         if acked > record.acked:
             self._acked(durable, min(acked, record.next - 1))
-        durable.restart()
+        durable.restart(self._windows.setdefault(hop, _Memory()))
         if record.discarded > durable.told:
             lost = record.discarded - durable.told
             durable.told = record.discarded
@@ -336,9 +352,11 @@ class Durables:
         return out + self._pump(durable), durable.gid
 
     def detach(self, hop: str) -> None:
+        self._windows.pop(hop, None)
         for durable in self._durables.values():
             if durable.hop == hop:
                 durable.hop = None
+                durable.restart()
 
     def drop(self, owner: str, name: str) -> list[Out]:
         """The client ends durable subscription ``name`` for good."""
@@ -347,6 +365,7 @@ class Durables:
         if not self._owned[owner]:
             del self._owned[owner]
         del self._by_gid[durable.gid]
+        durable.restart()  # what it had in flight no longer counts against its client's window
         durable.clear()
         self.journal.forget(durable.record)
         return self.routes.remove_local(durable.gid)
@@ -389,8 +408,8 @@ class Durables:
                 out.append((hop, delivery(pub, (record.name,), seq, tag)))
                 continue
             until = recent[0][0] if recent else record.next
-            count = min(WINDOW - (durable.sent - record.acked), until - durable.sent - 1)
-            rows = self.journal.queued(record, durable.sent, count)
+            count = min(WINDOW - (durable.sent - record.acked), until - durable.sent - 1, READ)
+            rows = self.journal.queued(record, durable.sent, max(1, count))
             if not rows:
                 break
             for seq, pub, tag, size in rows:
