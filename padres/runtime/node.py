@@ -562,7 +562,8 @@ class BrokerNode:
         outs: list[Out] = []
         until = time.perf_counter() + budget
         left = len(items)
-        self.broker.prefetch(items[first : first + PREFETCH])
+        if self.broker.greeted(hop):  # nothing is matched for a connection not yet accepted
+            self.broker.prefetch(items[first : first + PREFETCH])
         for index in range(first, len(items)):
             if index > first and time.perf_counter() > until:
                 left = index
