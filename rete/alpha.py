@@ -15,7 +15,7 @@ from typing import Any
 
 from rete.cluster import SMALL, Cluster, Entry
 from rete.conditions import Test
-from rete.keyed import tag
+from rete.keyed import TAGS, tag
 from rete.numeric import RANGE_OPS
 from rete.operators import Op, Value
 
@@ -24,8 +24,6 @@ __all__ = ["AlphaNetwork"]
 ClusterKey = tuple[str, str, Value] | None
 _NOTHING: frozenset[str] = frozenset()
 _EQ, _EQ_NUM = Op.EQ, Op.EQ_NUM
-_TAGS: dict[type, str] = {str: "s", bool: "b"}
-"""``tag`` as a lookup, for the batch loop: any other type is a number."""
 
 
 class AlphaNetwork:
@@ -86,20 +84,25 @@ class AlphaNetwork:
                 total += sum(len(f.by_key) for f in index.families.values())
         return total
 
+    def _route(self, attributes: Mapping[str, Value]) -> list[Cluster]:
+        """The clusters a fact visits: the root, and the cluster of each of its (attribute,
+        value) pairs that has one."""
+        clusters = self.clusters
+        keyed = self._keyed_values
+        route = [clusters[None]] if None in clusters else []
+        for attribute, value in attributes.items():
+            if attribute in keyed:
+                cluster = clusters.get((attribute, TAGS.get(type(value), "n"), value))
+                if cluster is not None:
+                    route.append(cluster)
+        return route
+
     def match(self, attributes: Mapping[str, Value]) -> tuple[list[Any], list[Any]]:
         """The targets ``attributes`` satisfies: (conditions, composite parts)."""
         memo: dict[Test, bool] = {}
         atomic: list[Any] = []
         parts: list[Any] = []
-        clusters = self.clusters
-        keyed = self._keyed_values
-        visit = [clusters[None]] if None in clusters else []
-        for attribute, value in attributes.items():
-            if attribute in keyed:
-                cluster = clusters.get((attribute, tag(value), value))
-                if cluster is not None:
-                    visit.append(cluster)
-        for cluster in visit:
+        for cluster in self._route(attributes):
             a, p = cluster.match(attributes, memo)
             atomic += a
             parts += p
@@ -110,19 +113,10 @@ class AlphaNetwork:
     ) -> list[tuple[list[Any], list[Any]]]:
         """``match`` for each of ``facts`` (the same results, in the same order), each cluster
         that enough of them visit matching its visitors in one pass."""
-        clusters = self.clusters
-        keyed = self._keyed_values
-        tags = _TAGS
-        root = clusters.get(None)
         routes: list[list[Cluster]] = []
         visitors: dict[Cluster, list[int]] = {}
         for i, attributes in enumerate(facts):
-            route = [root] if root is not None else []
-            for attribute, value in attributes.items():
-                if attribute in keyed:
-                    cluster = clusters.get((attribute, tags.get(type(value), "n"), value))
-                    if cluster is not None:
-                        route.append(cluster)
+            route = self._route(attributes)
             for cluster in route:
                 visitors.setdefault(cluster, []).append(i)
             routes.append(route)

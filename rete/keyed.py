@@ -17,7 +17,7 @@ from typing import Final
 
 from rete.operators import Op, Value
 
-__all__ = ["KEYED_OPS", "KeyedIndex", "tag"]
+__all__ = ["KEYED_OPS", "TAGS", "KeyedIndex", "tag"]
 
 KEYED_OPS: Final = {
     Op.EQ: "eq",
@@ -28,10 +28,13 @@ KEYED_OPS: Final = {
 }
 
 
+TAGS: Final[dict[type, str]] = {str: "s", bool: "b"}
+"""``tag`` by type, for loops that look it up inline: any other type is a number."""
+
+
 def tag(value: Value) -> str:
     """The type class of a value for keyed lookups: ``n`` number, ``s`` string, ``b`` boolean."""
-    t = type(value)
-    return "s" if t is str else "b" if t is bool else "n"
+    return TAGS.get(type(value), "n")
 
 
 class _Family:
