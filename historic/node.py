@@ -324,6 +324,9 @@ class DatabaseNode:
             except StoreError as exc:
                 log.warning("%s: replay %s failed: %s", self.id, rid, exc)
                 end = ReplayEnd(rid, db, 0, f"query failed: {exc}")
+            except Exception as exc:  # a bug, or a row that cannot be read: this replay fails
+                log.exception("%s: replay %s failed", self.id, rid)
+                end = ReplayEnd(rid, db, 0, f"query failed: {type(exc).__name__}: {exc}")
             await self.client.answer([end])
         except ConnectionLost as exc:  # the broker ends the request for its requester
             log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)

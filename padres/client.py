@@ -782,7 +782,7 @@ class Client:
     async def _read(self, ws: ClientConnection) -> None:
         try:
             async for data in ws:
-                for item in decode_frame(data):
+                for item in decode_frame(data, checked=True):  # from the broker
                     self._on_message(item)
         except ConnectionClosed:
             pass

@@ -119,7 +119,7 @@ def _body(pub: Publication) -> bytes:
 
 
 def _publication(body: bytes) -> Publication:
-    message = decode(body)
+    message = decode(body, checked=True)  # what this broker accepted and wrote
     if not isinstance(message, Publication):
         raise JournalError("the journal holds something other than a publication")
     return message

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from functools import lru_cache
+from typing import Any, Protocol
 
 from padres.messages import CompositeSubscription, Filter, Publication, Subscription, Variable
 from padres.relations import satisfiable
-from rete.operators import NUMERIC, Value, evaluate
+from rete.operators import NUMERIC, Op, Value, evaluate, predicate_test
 
 __all__ = ["CompositeMatch", "MatchResult", "Matcher", "conforms", "filter_bindings", "matches"]
 
@@ -100,9 +101,28 @@ def conforms(advertisement: Filter, pub: Publication) -> bool:
     [x,<,3]``) announces nothing, so that routing, which asks whether a subscription overlaps
     an advertisement, never misses a publication that conforms.
     """
+    checks = _conformity(advertisement)
+    if checks is None:
+        return False
     attrs = pub.attributes
-    for p in advertisement.predicates:
-        value = attrs.get(p.attribute)
-        if value is not None and not evaluate(p.op, p.value, value):  # type: ignore[arg-type]
+    for attribute, check, operand in checks:
+        value = attrs.get(attribute)
+        if value is not None and not check(value, operand):
             return False
-    return satisfiable(advertisement)
+    return True
+
+
+_Check = tuple[str, Callable[[Any, Any], bool], Any]
+
+
+@lru_cache(maxsize=1 << 12)
+def _conformity(advertisement: Filter) -> tuple[_Check, ...] | None:
+    """The tests ``conforms`` makes for ``advertisement`` (``isPresent`` needs none), or
+    None if it announces nothing."""
+    if not satisfiable(advertisement):
+        return None
+    return tuple(
+        (p.attribute, predicate_test(p.op), p.value)
+        for p in advertisement.predicates
+        if p.op is not Op.IS_PRESENT
+    )

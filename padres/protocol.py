@@ -676,13 +676,15 @@ def envelope_from_dict(obj: Any) -> Envelope:
 
 
 def decode_frame(
-    data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES
+    data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES, checked: bool = False
 ) -> list[Envelope | Rejected]:
     """The messages of a frame, in order; one that does not decode is ``Rejected`` in its place.
 
     A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
+    ``checked``: the frame comes from a broker, which checked its publications at its edge
+    (``padres.messages.checked_before``).
     """
-    return ENVELOPES.decode_frame(data, max_bytes)
+    return ENVELOPES.decode_frame(data, max_bytes, checked=checked)
 
 
 def websocket_url(url: str) -> str:

@@ -26,6 +26,7 @@ or a JSON array of them; ``Codec.decode_frame`` refuses a bad message of a frame
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from padres.messages import (
     Variable,
     VarType,
     WireMessage,
+    checked_before,
     quote,
 )
 from padres.times import narrow, parse_time, window_predicates
@@ -424,21 +426,29 @@ class Codec(Generic[T]):
         self._one = msgspec.json.Decoder(kind, dec_hook=_decode_custom)
         self._frame = msgspec.json.Decoder(list[kind] | kind, dec_hook=_decode_custom)
 
-    def decode(self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES) -> T:
-        """One message; anything wrong with it raises ``DecodeError``."""
+    def decode(
+        self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES, *, checked: bool = False
+    ) -> T:
+        """One message; anything wrong with it raises ``DecodeError``. ``checked``: as for
+        ``decode_frame``."""
         _check_size(data, max_bytes, "message")
         _check_numbers(data)
         try:
-            with _READING:
+            with _READING, checked_before() if checked else contextlib.nullcontext():
                 return self._one.decode(data)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             raise _translate(exc, self._types) from None
 
     def decode_frame(
-        self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES
+        self, data: bytes | str, max_bytes: int = MAX_FRAME_BYTES, *, checked: bool = False
     ) -> list[T | Rejected]:
         """The messages of a frame, in order; one that does not decode is ``Rejected`` in its
-        place. A frame that is too large or not JSON at all raises ``DecodeError``."""
+        place. A frame that is too large or not JSON at all raises ``DecodeError``.
+        ``checked``: the frame comes from a broker (see ``checked_before``)."""
+        with checked_before() if checked else contextlib.nullcontext():
+            return self._decode_frame(data, max_bytes)
+
+    def _decode_frame(self, data: bytes | str, max_bytes: int) -> list[T | Rejected]:
         _check_size(data, max_bytes, "frame")
         _check_numbers(data)
         try:
@@ -494,9 +504,12 @@ def encode_frame(messages: Iterable[WireMessage]) -> bytes:
     return _ENCODER.encode(list(messages))
 
 
-def decode(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> Message:
-    """Decode one JSON message; oversized or malformed input raises ``DecodeError``."""
-    return MESSAGES.decode(data, max_bytes)
+def decode(
+    data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES, checked: bool = False
+) -> Message:
+    """Decode one JSON message; oversized or malformed input raises ``DecodeError``.
+    ``checked``: it comes from a broker (``padres.messages.checked_before``)."""
+    return MESSAGES.decode(data, max_bytes, checked=checked)
 
 
 _ANY: Final = msgspec.json.Decoder()

@@ -31,6 +31,7 @@ class AlphaNetwork:
         self.small_cluster = small_cluster
         self.clusters: dict[ClusterKey, Cluster] = {}
         self._keyed_values: Counter[str] = Counter()
+        self._entries = 0
 
     def _access(self, tests: tuple[Test, ...]) -> tuple[ClusterKey, tuple[Test, ...]]:
         best: tuple[tuple[int, int, int], int, ClusterKey] | None = None
@@ -60,12 +61,14 @@ class AlphaNetwork:
                 self._keyed_values[key[0]] += 1
         entry = Entry(target, is_part, frozenset(required), key)
         cluster.insert(entry, rest)
+        self._entries += 1
         return entry
 
     def remove(self, entry: Entry) -> None:
         key = entry.key
         cluster = self.clusters[key]
         cluster.delete(entry)
+        self._entries -= 1
         if not cluster.live:
             del self.clusters[key]
             if key is not None:
@@ -107,6 +110,11 @@ class AlphaNetwork:
             atomic += a
             parts += p
         return atomic, parts
+
+    def batches(self) -> bool:
+        """Whether ``match_batch`` can beat ``match`` here: not while every cluster is small
+        enough to be evaluated directly, as all are with few conditions in all."""
+        return self._entries > self.small_cluster
 
     def match_batch(
         self, facts: Sequence[Mapping[str, Value]]

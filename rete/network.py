@@ -171,6 +171,9 @@ class Network:
         one vectorized pass per cluster rather than one per fact. Each fact's result waits for
         its first match or peek (the same fact: the same attributes object) until the next
         prefetch, or until a condition is added or removed (the results would be stale)."""
+        if not self._alpha.batches():
+            self._prefetched = {}
+            return
         matched = self._alpha.match_batch([f.attributes for f in facts])
         self._prefetched = {
             id(f.attributes): (f.attributes, result)

@@ -11,7 +11,16 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
-__all__ = ["NUMERIC", "STRING", "Op", "OperandKind", "Value", "evaluate", "operand_kind"]
+__all__ = [
+    "NUMERIC",
+    "STRING",
+    "Op",
+    "OperandKind",
+    "Value",
+    "evaluate",
+    "operand_kind",
+    "predicate_test",
+]
 
 Value: TypeAlias = bool | int | float | str
 """An attribute value. ``bool`` comes first: a subclass of ``int``, but a type of its own here."""
@@ -106,3 +115,8 @@ _TESTS: Final[dict[Op, _Test]] = {
 def evaluate(op: Op, operand: Value | None, value: Value) -> bool:
     """Whether a present attribute ``value`` satisfies ``[attr, op, operand]``."""
     return _TESTS[op](value, operand)
+
+
+def predicate_test(op: Op) -> _Test:
+    """The test of ``op``: called with a present attribute's value, then the operand."""
+    return _TESTS[op]

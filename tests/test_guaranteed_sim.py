@@ -89,6 +89,17 @@ def _overlay(seed: int) -> Simulation:
     return sim
 
 
+def _connected(seed: int, gapless: bool = True) -> tuple[Simulation, Publisher, Subscriber]:
+    """The overlay with a publisher at A and a durable subscriber at C, both connected."""
+    sim = _overlay(seed)
+    pub = Publisher(sim, sim.attach("pa", "A"))
+    sub = Subscriber(sim, sim.attach("sc", "C"), gapless=gapless)
+    for c in (pub, sub):
+        c.connect()
+    sim.run()
+    return sim, pub, sub
+
+
 def _restart(sim: Simulation, name: str, clients: list[Publisher | Subscriber]) -> None:
     sim.add_broker(name)
     for link in RING:
@@ -151,12 +162,7 @@ def test_durable_subscribers_get_every_guaranteed_publication_once_through_crash
 
 
 def test_a_durable_subscriber_away_gets_what_it_missed_and_nothing_twice() -> None:
-    sim = _overlay(1)
-    pub = Publisher(sim, sim.attach("pa", "A"))
-    sub = Subscriber(sim, sim.attach("sc", "C"))
-    for c in (pub, sub):
-        c.connect()
-    sim.run()
+    sim, pub, sub = _connected(1)
     for _ in range(10):
         pub.publish()
     sim.run()
@@ -251,12 +257,7 @@ def test_a_durable_queue_over_its_limit_discards_the_oldest_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(durable, "MAX_QUEUED", 20)
-    sim = _overlay(6)
-    pub = Publisher(sim, sim.attach("pa", "A"))
-    sub = Subscriber(sim, sim.attach("sc", "C"), gapless=False)
-    for c in (pub, sub):
-        c.connect()
-    sim.run()
+    sim, pub, sub = _connected(6, gapless=False)
     sim.detach(sub.client)
     for _ in range(50):
         pub.publish()
@@ -284,12 +285,7 @@ def test_a_durable_subscription_sends_at_most_its_window_in_deliveries_and_bytes
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(durable, "WINDOW", 10)
-    sim = _overlay(7)
-    pub = Publisher(sim, sim.attach("pa", "A"))
-    sub = Subscriber(sim, sim.attach("sc", "C"))
-    for c in (pub, sub):
-        c.connect()
-    sim.run()
+    sim, pub, sub = _connected(7)
     for _ in range(50):
         pub.publish()
     sim.run()

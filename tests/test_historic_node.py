@@ -285,3 +285,23 @@ def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path
     assert answered(TimeWindow(days[8], None), days[6]) == ["o9", "o10"]
     assert answered(TimeWindow(days[0], days[5]), days[6]) == []
     store.close()
+
+
+def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> None:
+    """Not only the store's own errors: whatever a replay raises ends it, so the requester is
+    not left waiting for the broker's timeout."""
+    from historic.node import DatabaseNode
+
+    class Unreadable(Store):
+        def stream(self, *args: object, **kwargs: object) -> Iterator[list[Publication]]:
+            raise ValueError("a row that cannot be read")
+
+    store = Unreadable(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    client = _Answers()
+    node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
+    flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
+    asyncio.run(node._replay(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    [end] = client.answers
+    assert isinstance(end, ReplayEnd) and end.count == 0
+    assert end.error == "query failed: ValueError: a row that cannot be read"
+    store.close()

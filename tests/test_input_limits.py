@@ -39,7 +39,7 @@ from padres.messages import (
     check_id,
 )
 from padres.parser import parse_composite, parse_message, parse_publication, parse_subscription
-from padres.protocol import Durable, Error, Hello, Ok, decode_frame
+from padres.protocol import Durable, Error, Hello, Notify, Ok, Welcome, decode_frame, encode_frame
 from padres.runtime import node as node_module
 from padres.runtime.node import BrokerNode
 from padres.runtime.processes import BrokerProcess
@@ -270,6 +270,21 @@ def test_durable_subscriptions_count_while_their_client_is_away() -> None:
     assert broker.handle(Subscription("s", Filter((CLASS,))), "h3")[-1] == ("h3", Ok("s"))
 
 
+def test_a_client_name_leaves_room_for_its_broker_in_the_publisher_id() -> None:
+    """A client's publications carry ``name@broker`` as their publisher, which must be an id
+    every receiver accepts."""
+    broker = Broker("B1")
+    [(_, refused)] = broker.handle(Hello("a" * 254), "h1")
+    assert isinstance(refused, Error) and "at most 253 characters here" in refused.text
+    [(_, welcome)] = broker.handle(Hello("a" * 253), "h2")
+    assert isinstance(welcome, Welcome) and len(welcome.session) == 256
+    broker.handle(parse_subscription("[class,eq,'T']", id="s"), "h2")
+    broker.handle(Advertisement("a", Filter((Predicate("class", Op.EQ, "T"),))), "h2")
+    out = broker.handle(parse_publication("[class,'T']", id="p"), "h2")
+    [delivered] = decode_frame(encode_frame([m for _, m in out]))  # checked as a client would
+    assert isinstance(delivered, Notify) and delivered.publication.publisher == welcome.session
+
+
 def test_the_largest_requests_cost_little() -> None:
     """Insertion is linear: the largest filter allowed, against the largest advertisement."""
     broker = Broker("B1")
@@ -399,3 +414,35 @@ def test_a_long_frame_is_handled_in_slices_with_others_served_between(
         assert oks == [f"a{i}" for i in range(3000)]
 
     asyncio.run(run())
+
+
+def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """Only the neighbours a broker dials itself are spared the checks of the language."""
+    url = brokers.setdefault("B1", BrokerProcess("B1")).start()
+    bad = {
+        "type": "route_publish",
+        "tree": "t1",
+        "publication": {
+            "type": "publication",
+            "id": "p1",
+            "attributes": {"class": "T", "time": 1},
+            "timestamp": "2026-11-21T13:44:02Z",
+        },
+    }
+
+    async def run() -> None:
+        async with connect(url) as raw:
+            await raw.send(orjson.dumps({"type": "hello", "name": "B9", "role": "broker"}))
+            assert orjson.loads(await raw.recv())[0]["type"] == "hello"  # a link now
+            await raw.send(orjson.dumps([bad]))
+            while True:  # past what the broker sends a new neighbour
+                replies = orjson.loads(await raw.recv())
+                errors = [m["text"] for m in replies if m["type"] == "error"]
+                if errors:
+                    break
+            assert "'time' is the publication's timestamp" in errors[0]
+
+    asyncio.run(run())
+    assert brokers["B1"].alive

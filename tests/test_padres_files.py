@@ -33,10 +33,10 @@ from padres.parser import (
 )
 from padres.printer import format_message
 from padres.protocol import CompositeNotify, Notify
-from padres.relations import overlaps
+from padres.relations import overlaps, satisfiable
 from padres.simulation import SimClient, Simulation
 from rete.limits import CompositeLimits
-from rete.operators import STRING, Op, Value
+from rete.operators import STRING, Op, Value, evaluate
 from tests.strategies import scaled
 
 MATERIAL = Path(__file__).parent / "padres_material"
@@ -184,6 +184,21 @@ def test_routing_by_overlap_reaches_every_publication_that_conforms(
     subscription must find the two overlapping."""
     if conforms(adv, pub) and matches(sub, pub):
         assert overlaps(sub, adv)
+
+
+@settings(max_examples=scaled(300), deadline=None)
+@given(_small_filters(), _small_publications())
+def test_conforms_checks_each_attribute_present_against_its_predicates(
+    adv: Filter, pub: Publication
+) -> None:
+    """The definition, predicate by predicate, against the check the broker makes."""
+    attrs = pub.attributes
+    expected = satisfiable(adv) and all(
+        evaluate(p.op, p.value, attrs[p.attribute])  # type: ignore[arg-type]
+        for p in adv.predicates
+        if p.attribute in attrs
+    )
+    assert conforms(adv, pub) == expected
 
 
 def _broker_conforms_as_padres() -> bool:

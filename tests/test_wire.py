@@ -20,6 +20,7 @@ from padres.messages import (
     Unsubscribe,
 )
 from padres.parser import parse_advertisement, parse_composite
+from padres.protocol import Rejected, decode_frame
 from padres.wire import decode, encode, to_dict
 from tests.strategies import composites, publications, subscriptions
 
@@ -178,3 +179,27 @@ def test_fuzz_mutated_fields(pub: Publication) -> None:
         for junk in junks:
             with contextlib.suppress(DecodeError):
                 decode(orjson.dumps(base | {key: junk}))
+
+
+def test_checked_input_skips_the_language_rules_but_not_the_types() -> None:
+    def publication(attributes: dict[str, object], ident: str = "p1") -> dict[str, object]:
+        return {
+            "type": "publication",
+            "id": ident,
+            "attributes": attributes,
+            "timestamp": "2026-11-21T13:44:02Z",
+        }
+
+    breaks_a_rule = orjson.dumps([publication({"class": "T", "1bad": 1}, "p 1")])
+    [refused] = decode_frame(breaks_a_rule)
+    assert isinstance(refused, Rejected) and "invalid publication id" in str(refused.error)
+    [taken] = decode_frame(breaks_a_rule, checked=True)
+    assert isinstance(taken, Publication) and taken.attributes["1bad"] == 1
+    with pytest.raises(TypeError, match="cannot be changed"):
+        taken.attributes["class"] = "U"  # type: ignore[index]
+    with pytest.raises(DecodeError, match="must be"):
+        decode(orjson.dumps(publication({"class": "T", "x": [1]})), checked=True)
+    with pytest.raises(DecodeError):  # not JSON: the rules are back on afterwards all the same
+        decode_frame(b"[{", checked=True)
+    [again] = decode_frame(breaks_a_rule)
+    assert isinstance(again, Rejected)

@@ -44,6 +44,11 @@ from padres.runtime.node import BrokerNode
 
 __all__ = ["Histogram", "Metrics"]
 
+# Tuples, not unions: ``observe`` tests every message, and isinstance is faster with these.
+_PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
+_SUBSCRIBING: Final = (Subscription, CompositeSubscription)
+_DELIVERY: Final = (Notify, CompositeNotify)
+
 LATENCY_BUCKETS: Final = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 REPLAY_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -121,7 +126,7 @@ class Metrics(Collector):
 
     def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
         """A ``BrokerNode`` observer: count what the core just did."""
-        if isinstance(message, Publication | RoutePublish | Guaranteed):
+        if isinstance(message, _PUBLISHING):
             pub = message if isinstance(message, Publication) else message.publication
             if pub.attributes.get("class") in self.private:
                 return
@@ -129,12 +134,12 @@ class Metrics(Collector):
             self.latency.observe(took)
         elif isinstance(message, ReplayOffer):
             self._databases.add(hop)
-        elif isinstance(message, Subscription | CompositeSubscription) and _historic(message):
+        elif isinstance(message, _SUBSCRIBING) and _historic(message):
             self._asked[(hop, message.id)] = time.monotonic()
         for to, out in outs:
             if isinstance(out, RoutePublish):
                 self._count(self.totals["out"], to)
-            elif isinstance(out, Notify | CompositeNotify):
+            elif isinstance(out, _DELIVERY):
                 name = self._count(self.totals["out"], to)
                 self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
                 if to in self._databases:

@@ -54,6 +54,7 @@ from padres.errors import AuthenticationError, SchemaConflict, SchemaLimit
 from padres.journal import Journal, Tag
 from padres.matching import conforms
 from padres.messages import (
+    MAX_ID,
     Advertisement,
     CompositeSubscription,
     Filter,
@@ -62,6 +63,7 @@ from padres.messages import (
     Unadvertise,
     Unsubscribe,
     check_id,
+    quote,
 )
 from padres.printer import format_filter
 from padres.protocol import (
@@ -373,6 +375,10 @@ class Broker:
                 return [(hop, Error(str(exc)))]
         if hello.role is Role.CLIENT:
             name = f"{hello.name}@{self.id}"
+            if len(name) > MAX_ID:  # it is the publisher of the client's publications: an id
+                most = MAX_ID - len(self.id) - 1
+                why = f"client name {quote(hello.name)} is too long: at most {most} characters here"
+                return [(hop, Error(why))]
             if name in self._names:
                 return [(hop, Error(f"a client named {hello.name!r} is already connected"))]
             self._names.add(name)
@@ -906,7 +912,7 @@ class Broker:
         committed = tag is None or tag[1] is Outcome.COMMITTED
         matches = self.routes.match(pub, tree, source, composites=committed)
         out: list[Out] = []
-        if tree is not None:
+        if tree is not None and matches.hops:
             message: RoutePublish | RouteTxPublish = (
                 RoutePublish(pub, tree, position)
                 if tag is None

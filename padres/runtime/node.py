@@ -169,6 +169,9 @@ class BrokerNode:
         """How many times reading from clients was paused (flow control)."""
         self._boxes: dict[str, Outbox] = {}
         self._links: set[str] = set()
+        self._dialled: set[str] = set()
+        """Links this node dialled: to the neighbours it was given, whose frames it decodes
+        without checking their publications again (``checked_before``)."""
         """Hops of neighbour brokers (their outboxes are link queues)."""
         self._heard: dict[str, float] = {}
         self._query_rates: dict[str, Rate] = {}
@@ -404,6 +407,7 @@ class BrokerNode:
     async def _hang_up(self, hop: str) -> None:
         box = self._boxes.pop(hop, None)
         self._links.discard(hop)
+        self._dialled.discard(hop)
         self._heard.pop(hop, None)
         self._query_rates.pop(hop, None)
         self._dispatch(self.broker.close(hop))
@@ -478,6 +482,7 @@ class BrokerNode:
         hop = f"n{next(self._hops)}"
         self._open(hop, ws.send, ws.close)
         self._link(hop)
+        self._dialled.add(hop)
         self._dispatch(self.broker.open_link(hop))
         keepalive = asyncio.get_running_loop().create_task(self._keepalive(ws, hop))
         try:
@@ -533,7 +538,9 @@ class BrokerNode:
     def _decode(self, hop: str, data: bytes | str) -> Sequence[Envelope | Rejected]:
         """The messages of a frame; none, and an ``error`` to ``hop``, if it is refused."""
         try:
-            items = decode_frame(data, max_bytes=self.limits.frame_bytes)
+            items = decode_frame(
+                data, max_bytes=self.limits.frame_bytes, checked=hop in self._dialled
+            )
         except DecodeError as exc:
             self.rejected += 1
             self._dispatch([(hop, Error(f"frame refused: {exc}"))])
