@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
 import urllib.request
@@ -11,19 +10,25 @@ from typing import Any
 
 import orjson
 
+from padres.backoff import Backoff
+
 __all__ = ["eventually", "health"]
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
-    """Wait until ``check`` holds; ``AssertionError`` after ``timeout`` seconds."""
+    """Wait until ``check`` holds; ``AssertionError`` after ``timeout`` seconds.
+
+    The checks come quickly at first and then a few times a second, which stays under a
+    broker's limit on queries when ``check`` asks one."""
     deadline = time.monotonic() + timeout
+    backoff = Backoff(first=0.02, most=0.25)
     while True:
         result = check()
         if result if isinstance(result, bool) else await result:
             return
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
+        await backoff.wait()
 
 
 def health(url: str, admin: tuple[str, str] | None = None) -> dict[str, Any]:
