@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 
 from padres.backoff import Backoff
 
-__all__ = ["eventually", "health"]
+__all__ = ["eventually", "health", "wait_linked"]
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
@@ -43,3 +43,20 @@ def health(url: str, admin: tuple[str, str] | None = None) -> dict[str, Any]:
     request.add_header("Authorization", f"Basic {login}")
     with urllib.request.urlopen(request) as r:
         return orjson.loads(r.read())["status"]  # type: ignore[no-any-return]
+
+
+def wait_linked(links: Iterable[str], urls: Mapping[str, str], timeout: float = 15.0) -> None:
+    """Wait until the brokers at ``urls`` (by name) have each link of ``links`` up ("AB": A and B
+    are neighbours). A broker listens before its links are up: the neighbour it dials may have
+    started after it, and it dials again after a backoff. Until then a publication is not
+    routed across the missing link."""
+    wanted: dict[str, set[str]] = {name: set() for name in urls}
+    for link in links:
+        wanted[link[0]].add(link[1])
+        wanted[link[1]].add(link[0])
+    deadline = time.monotonic() + timeout
+    for name, url in urls.items():
+        while set(health(url)["neighbors"]) != wanted[name]:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not link to {sorted(wanted[name])} in time")
+            time.sleep(0.05)

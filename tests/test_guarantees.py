@@ -15,6 +15,7 @@ import pytest
 from padres.client import Client, Delivery
 from padres.protocol import Notify
 from padres.runtime.processes import BrokerProcess, free_ports
+from tests.support import wait_linked
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
 
@@ -35,6 +36,7 @@ def ring(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
                 options=["--heartbeat", "1", "--data", str(tmp_path / name)],
             )
             procs[name].start()
+        wait_linked(RING, {name: proc.url for name, proc in procs.items()})
         yield procs
     finally:
         for proc in procs.values():

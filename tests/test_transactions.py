@@ -23,7 +23,7 @@ from padres.errors import (
 from padres.protocol import Notify, TxNotify, Visibility
 from padres.runtime.processes import BrokerProcess, free_ports
 from padres.transaction import TransactionState
-from tests.support import eventually
+from tests.support import eventually, wait_linked
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +54,7 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Brok
                 ],
             )
             procs[name].start()
+        wait_linked(["AB", "BC", "CA"], {name: proc.url for name, proc in procs.items()})
         yield procs
     finally:
         for proc in procs.values():
