@@ -203,3 +203,9 @@ def test_checked_input_skips_the_language_rules_but_not_the_types() -> None:
         decode_frame(b"[{", checked=True)
     [again] = decode_frame(breaks_a_rule)
     assert isinstance(again, Rejected)
+    # A broker writes its numbers itself: the scan for ones too small for a float is skipped.
+    tiny = orjson.dumps([publication({"class": "T", "x": 1.5})]).replace(b"1.5", b"1e-400")
+    with pytest.raises(DecodeError, match="too small"):
+        decode_frame(tiny)
+    [zero] = decode_frame(tiny, checked=True)
+    assert isinstance(zero, Publication) and zero.attributes["x"] == 0.0

@@ -416,16 +416,10 @@ class Broker:
         return out
 
     def _from_client(self, message: Envelope, session: Session) -> list[Out]:
-        retaken = isinstance(message, Durable) and self.durables.has(
-            session.name, message.subscription.id
-        )
-        over = (
-            None
-            if retaken
-            else self.quotas.refusal(message, session, self.durables.owned(session.name))
-        )
-        if over is not None:
-            return [(session.hop, over)]
+        if not isinstance(message, Publication):  # publications count against no quota
+            over = self._over_quota(message, session)
+            if over is not None:
+                return [(session.hop, over)]
         if self.guard is not None and session.account is not None:
             why = self.guard.refusal(message, session.account, self._now)
             if why is not None:
@@ -554,6 +548,15 @@ class Broker:
     def _new_id(self) -> str:
         self._counter += 1
         return f"{self.id}#{self._epoch}.{self._counter}"
+
+    def _over_quota(self, message: Envelope, session: Session) -> Error | None:
+        """The error refusing ``message`` if it would take its client over a quota (a durable
+        subscription taken up again is not counted)."""
+        if isinstance(message, Durable) and self.durables.has(
+            session.name, message.subscription.id
+        ):
+            return None
+        return self.quotas.refusal(message, session, self.durables.owned(session.name))
 
     def _publish(self, pub: Publication, session: Session, guaranteed: bool = False) -> list[Out]:
         pub = _stamped(pub, session)

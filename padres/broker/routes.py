@@ -254,13 +254,18 @@ class Routes:
             route = routes[sid]
             sink = route.sink
             if sink is client:
-                if route.notify_as is not None and route.owner is not None:
-                    clients.setdefault(route.owner, []).append(route.notify_as)
+                owner, notify_as = route.owner, route.notify_as
+                if notify_as is not None and owner is not None:
+                    ids = clients.get(owner)
+                    if ids is None:
+                        clients[owner] = [notify_as]
+                    else:
+                        ids.append(notify_as)
             elif sink is durable:
                 durables.append(sid)
             elif sink is history:
                 watches.append(sid)
-            if tree is not None:
+            if tree is not None and route.arrivals:  # a route from a neighbour
                 for hop, trees in route.arrivals.items():
                     if tree in trees:
                         hops.add(hop)
