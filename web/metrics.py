@@ -29,18 +29,16 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from padres.broker import Out
 from padres.messages import CompositeSubscription, Publication, Subscription
 from padres.protocol import (
     CompositeNotify,
-    Envelope,
     Guaranteed,
     Notify,
     ReplayDone,
     ReplayOffer,
     RoutePublish,
 )
-from padres.runtime.node import BrokerNode
+from padres.runtime.node import BrokerNode, Handled
 
 __all__ = ["Histogram", "Metrics"]
 
@@ -119,36 +117,45 @@ class Metrics(Collector):
             self._names[hop] = found
         return found
 
-    def _count(self, table: dict[str, int], hop: str) -> str:
+    def _count(self, table: dict[str, int], hop: str, count: int) -> str:
         name = self.name(hop)
-        table[name] = table.get(name, 0) + 1
+        table[name] = table.get(name, 0) + count
         return name
 
-    def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
+    def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: count what the core just did."""
-        if isinstance(message, _PUBLISHING):
-            pub = message if isinstance(message, Publication) else message.publication
-            if pub.attributes.get("class") in self.private:
-                return
-            self._count(self.totals["in"], hop)
-            self.latency.observe(took)
-        elif isinstance(message, ReplayOffer):
-            self._databases.add(hop)
-        elif isinstance(message, _SUBSCRIBING) and _historic(message):
-            self._asked[(hop, message.id)] = time.monotonic()
-        for to, out in outs:
-            if isinstance(out, RoutePublish):
-                self._count(self.totals["out"], to)
-            elif isinstance(out, _DELIVERY):
-                name = self._count(self.totals["out"], to)
-                self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
-                if to in self._databases:
-                    self.ingest[name] = self.ingest.get(name, 0) + 1
-            elif isinstance(out, ReplayDone):
-                self.replays += 1
-                asked = self._asked.pop((to, out.subscription), None)
-                if asked is not None:
-                    self.replay_latency.observe(time.monotonic() - asked)
+        ins = 0
+        outs: dict[str, int] = {}
+        """Publications out per hop, named once at the end."""
+        private = self.private
+        for message, sent, took in handled:
+            if isinstance(message, _PUBLISHING):
+                pub = message if isinstance(message, Publication) else message.publication
+                if pub.attributes.get("class") in private:
+                    continue
+                ins += 1
+                self.latency.observe(took)
+            elif isinstance(message, ReplayOffer):
+                self._databases.add(hop)
+            elif isinstance(message, _SUBSCRIBING) and _historic(message):
+                self._asked[(hop, message.id)] = time.monotonic()
+            for to, out in sent:
+                if isinstance(out, RoutePublish):
+                    outs[to] = outs.get(to, 0) + 1
+                elif isinstance(out, _DELIVERY):
+                    outs[to] = outs.get(to, 0) + 1
+                    self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
+                elif isinstance(out, ReplayDone):
+                    self.replays += 1
+                    asked = self._asked.pop((to, out.subscription), None)
+                    if asked is not None:
+                        self.replay_latency.observe(time.monotonic() - asked)
+        if ins:
+            self._count(self.totals["in"], hop, ins)
+        for to, count in outs.items():
+            name = self._count(self.totals["out"], to, count)
+            if to in self._databases:
+                self.ingest[name] = self.ingest.get(name, 0) + count
 
     def collect(self) -> Iterator[Metric]:
         """Every metric, as it is now."""

@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import orjson
 
-from padres.broker import Out
 from padres.messages import Publication, Subscription, Unadvertise
 from padres.parser import parse_advertisement, parse_filter
-from padres.protocol import Envelope, Notify, RouteAdvertise
+from padres.protocol import Notify, RouteAdvertise
+from padres.runtime.node import Handled
 from web.broker import databases
 from web.clients import Clients
 from web.metrics import Metrics
@@ -93,10 +93,14 @@ class Overlay:
             for adv in tree.advertisements.values()
         )
 
-    def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
+    def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: another broker's ``MONITOR_WATCH`` wakes this one."""
-        if isinstance(message, RouteAdvertise) and message.advertisement.filter.class_name == WATCH:
-            self._nudged.set()
+        for message, _, _ in handled:
+            if (
+                isinstance(message, RouteAdvertise)
+                and message.advertisement.filter.class_name == WATCH
+            ):
+                self._nudged.set()
 
     def own_info(self) -> dict[str, Any]:
         node = self.clients.node

@@ -33,7 +33,8 @@ from padres.matching import matches
 from padres.messages import Filter, Publication
 from padres.parser import parse_filter
 from padres.printer import format_filter
-from padres.protocol import CompositeNotify, Envelope, Guaranteed, Notify, RoutePublish
+from padres.protocol import CompositeNotify, Guaranteed, Notify, RoutePublish
+from padres.runtime.node import Handled
 from web.bodies import TraceBody
 from web.clients import Clients
 from web.inputs import filter_from, publications_from_json
@@ -41,6 +42,8 @@ from web.metrics import Metrics
 from web.problems import Problem
 
 __all__ = ["ARMED_FOR", "MAX_REPORTS", "REPORT", "REQUEST", "Tracer"]
+
+_PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
 
 REQUEST: Final = "TRACE_REQUEST"
 REPORT: Final = "TRACE"
@@ -133,11 +136,14 @@ class Tracer:
         self.armed[trace] = _Armed(flt, wanted, time.monotonic() + ARMED_FOR)
         self._send({"broker": self.metrics.node.broker.id, "armed": True}, trace)
 
-    def observe(self, hop: str, message: Envelope, outs: list[Out], took: float) -> None:
+    def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: arm on requests, report what armed traces want."""
-        if not isinstance(message, Publication | RoutePublish | Guaranteed):
-            return
-        pub = message if isinstance(message, Publication) else message.publication
+        for message, outs, _ in handled:
+            if isinstance(message, _PUBLISHING):
+                pub = message if isinstance(message, Publication) else message.publication
+                self._saw(hop, pub, outs)
+
+    def _saw(self, hop: str, pub: Publication, outs: list[Out]) -> None:
         kind = pub.attributes.get("class")
         if kind == REQUEST:
             self._arm(pub)

@@ -180,7 +180,7 @@ async def settled(client: Client, quiet: float = 1.0, timeout: float = 60.0) -> 
             last, since = rows, loop.time()
         if loop.time() > deadline:
             raise TimeoutError(f"routing did not settle within {timeout} s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # a broker answers at most 10 queries a second per connection
 
 
 async def _bench(

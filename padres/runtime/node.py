@@ -64,7 +64,7 @@ from padres.runtime.outbox import Outbox, QueueStatistics, combined, encode
 from padres.runtime.rate import Rate
 from padres.tls import ServerTLS, client_context, secure
 
-__all__ = ["EXTENSIONS", "BrokerNode", "Limits", "Observer"]
+__all__ = ["EXTENSIONS", "BrokerNode", "Handled", "Limits", "Observer"]
 
 log = logging.getLogger("padres.broker")
 
@@ -86,9 +86,11 @@ EXTENSIONS: Final = "padres.node"
 """Entry-point group of the packages that extend every broker node (the web API registers
 ``web:install`` there): each is called with the node before it serves."""
 
-Observer = Callable[[str, Envelope, list[Out], float], None]
-"""Called after the core handled a message: the hop it came from, the message, what the core
-sent for it, and the seconds the core took."""
+Handled = tuple[Envelope, list[Out], float]
+"""A message the core handled, what it sent for it, and the seconds it took."""
+Observer = Callable[[str, list[Handled]], None]
+"""Called after the core handled some messages of one frame, with the hop they came from and
+each of them as ``Handled``, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -567,6 +569,7 @@ class BrokerNode:
         at least), send what it answers, and return the index of the first message left."""
         now = time.time()
         outs: list[Out] = []
+        done: list[Handled] = []
         until = time.perf_counter() + budget
         left = len(items)
         if self.broker.greeted(hop):  # nothing is matched for a connection not yet accepted
@@ -596,8 +599,7 @@ class BrokerNode:
                 handled = self.broker.handle(item, hop, now)
                 took = time.perf_counter() - started
                 outs += handled
-                for observe in self.observers:
-                    observe(hop, item, handled, took)
+                done.append((item, handled, took))
             except Exception as exc:  # a bug must cost one message, not the broker
                 log.exception("%s: failed on a message from %s", self.broker.id, hop)
                 why = f"internal error: {type(exc).__name__}: {exc}"
@@ -605,6 +607,11 @@ class BrokerNode:
             if isinstance(item, Hello) and item.role is Role.BROKER:
                 self._promote(hop)
         self.broker.prefetch(())  # what was not handled in this slice is matched again later
+        for observe in self.observers:
+            try:
+                observe(hop, done)
+            except Exception:  # counting must not cost what was handled
+                log.exception("%s: an observer failed", self.broker.id)
         self._dispatch(outs)
         if self.broker.guard is not None and not self.broker.greeted(hop) and hop in self._boxes:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
