@@ -324,6 +324,8 @@ class DatabaseNode:
             except StoreError as exc:
                 log.warning("%s: replay %s failed: %s", self.id, rid, exc)
                 end = ReplayEnd(rid, db, 0, f"query failed: {exc}")
+            except ConnectionLost:  # sending a batch failed: handled below, not a bug
+                raise
             except Exception as exc:  # a bug, or a row that cannot be read: this replay fails
                 log.exception("%s: replay %s failed", self.id, rid)
                 end = ReplayEnd(rid, db, 0, f"query failed: {type(exc).__name__}: {exc}")

@@ -305,3 +305,31 @@ def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> N
     assert isinstance(end, ReplayEnd) and end.count == 0
     assert end.error == "query failed: ValueError: a row that cannot be read"
     store.close()
+
+
+def test_a_replay_whose_connection_is_lost_is_abandoned_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lost connection is no bug of the replay: it is abandoned with a warning (the requester
+    asks again), not ended with an error answer on a connection that may be back by then."""
+    from historic.node import DatabaseNode
+    from padres.errors import ConnectionLost
+
+    class Dropping(_Answers):
+        async def answer(self, messages: list[ReplayBatch | ReplayEnd]) -> None:
+            if not self.answers:
+                self.answers.append(messages[0])
+                raise ConnectionLost("connection to ws://B1 closed")
+            self.answers += messages
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    store.add([Publication("o1", {"class": "Order", "n": 1}, stamp, "shop@B1")])
+    client = Dropping()
+    node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
+    flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
+    asyncio.run(node._replay(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    assert [type(m) for m in client.answers] == [ReplayBatch]  # nothing after the loss
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert any("abandoned" in r.getMessage() for r in caplog.records)
+    store.close()

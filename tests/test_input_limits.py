@@ -39,7 +39,17 @@ from padres.messages import (
     check_id,
 )
 from padres.parser import parse_composite, parse_message, parse_publication, parse_subscription
-from padres.protocol import Durable, Error, Hello, Notify, Ok, Welcome, decode_frame, encode_frame
+from padres.protocol import (
+    Durable,
+    Error,
+    Hello,
+    Notify,
+    Ok,
+    Role,
+    Welcome,
+    decode_frame,
+    encode_frame,
+)
 from padres.runtime import node as node_module
 from padres.runtime.node import BrokerNode
 from padres.runtime.processes import BrokerProcess
@@ -446,3 +456,13 @@ def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(
 
     asyncio.run(run())
     assert brokers["B1"].alive
+
+
+def test_a_neighbour_a_broker_dialled_cannot_greet_as_a_client() -> None:
+    """A broker trusts what comes from a neighbour it dialled (``checked_before``): that
+    connection may not become a client's, whose publications would then go unchecked."""
+    broker = Broker("B1")
+    broker.open_link("n1")
+    [(hop, refused)] = broker.handle(Hello("evil", Role.CLIENT), "n1")
+    assert hop == "n1" and isinstance(refused, Error) and "greet as a broker" in refused.text
+    assert not broker.sessions

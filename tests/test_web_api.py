@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -351,6 +352,29 @@ def test_metrics_in_the_prometheus_format(overlay: WebOverlay) -> None:
     assert _metric(b3, "padres_replay_seconds_count") == replays + 1
     for name in ("padres_matches_total", "padres_queue_bytes", "padres_dropped_messages_total"):
         assert name in r.text, name
+
+
+def test_a_databases_ingest_counts_its_deliveries_only() -> None:
+    """A hop counts as a database once it offers replays; what it ingests is what is delivered
+    to it, never publications routed to it (a neighbour whose offer the core refused)."""
+    from types import SimpleNamespace
+
+    from padres.broker import Out
+    from padres.messages import Advertisement, Filter, Predicate, Publication
+    from padres.protocol import Notify, ReplayOffer, RoutePublish
+    from rete.operators import Op
+    from web.metrics import Metrics
+
+    broker = SimpleNamespace(sessions={"h1": SimpleNamespace(name="DB1@B1")}, peers={"n1": "B2"})
+    metrics = Metrics(SimpleNamespace(broker=broker))  # type: ignore[arg-type]
+    orders = Filter((Predicate("class", Op.EQ, "Order"),))
+    pub = Publication("p1", {"class": "Order"}, datetime.now(UTC), "shop@B1")
+    for hop in ("h1", "n1"):
+        metrics.observe(hop, [(ReplayOffer(Advertisement(f"a{hop}", orders)), [], 0.0)])
+    sent: list[Out] = [("n1", RoutePublish(pub, "t1")), ("h1", Notify(pub, ("s1",)))]
+    metrics.observe("h2", [(pub, sent, 1e-5), (pub, sent, 1e-5)])
+    assert metrics.ingest == {"DB1@B1": 2}
+    assert metrics.totals == {"in": {"h2": 2}, "out": {"B2": 2, "DB1@B1": 2}}
 
 
 def test_a_trace_follows_a_publication_hop_by_hop(overlay: WebOverlay) -> None:

@@ -127,6 +127,8 @@ class Metrics(Collector):
         ins = 0
         outs: dict[str, int] = {}
         """Publications out per hop, named once at the end."""
+        delivered: dict[str, int] = {}
+        """Deliveries (not routed copies) per hop: what a database ingests."""
         private = self.private
         for message, sent, took in handled:
             if isinstance(message, _PUBLISHING):
@@ -144,6 +146,7 @@ class Metrics(Collector):
                     outs[to] = outs.get(to, 0) + 1
                 elif isinstance(out, _DELIVERY):
                     outs[to] = outs.get(to, 0) + 1
+                    delivered[to] = delivered.get(to, 0) + 1
                     self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
                 elif isinstance(out, ReplayDone):
                     self.replays += 1
@@ -154,8 +157,8 @@ class Metrics(Collector):
             self._count(self.totals["in"], hop, ins)
         for to, count in outs.items():
             name = self._count(self.totals["out"], to, count)
-            if to in self._databases:
-                self.ingest[name] = self.ingest.get(name, 0) + count
+            if to in self._databases and to in delivered:
+                self.ingest[name] = self.ingest.get(name, 0) + delivered[to]
 
     def collect(self) -> Iterator[Metric]:
         """Every metric, as it is now."""

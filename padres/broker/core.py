@@ -374,6 +374,8 @@ class Broker:
             except AuthenticationError as exc:
                 return [(hop, Error(str(exc)))]
         if hello.role is Role.CLIENT:
+            if hop in self._hello_sent:  # a link this broker dialled: its frames are trusted
+                return [(hop, Error("this connection is a broker link: greet as a broker"))]
             name = f"{hello.name}@{self.id}"
             if len(name) > MAX_ID:  # it is the publisher of the client's publications: an id
                 most = MAX_ID - len(self.id) - 1

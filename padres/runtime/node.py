@@ -171,10 +171,10 @@ class BrokerNode:
         """How many times reading from clients was paused (flow control)."""
         self._boxes: dict[str, Outbox] = {}
         self._links: set[str] = set()
+        """Hops of neighbour brokers (their outboxes are link queues)."""
         self._dialled: set[str] = set()
         """Links this node dialled: to the neighbours it was given, whose frames it decodes
         without checking their publications again (``checked_before``)."""
-        """Hops of neighbour brokers (their outboxes are link queues)."""
         self._heard: dict[str, float] = {}
         self._query_rates: dict[str, Rate] = {}
         """How often each connection may query the tables."""
