@@ -406,18 +406,22 @@ class Journal:
         ).fetchone()
         return int(row[0]), int(row[1])
 
-    def dequeue(self, record: DurableRecord, upto: int) -> tuple[int, int]:
+    def dequeue(
+        self, record: DurableRecord, upto: int, known: tuple[int, int] | None = None
+    ) -> tuple[int, int]:
         """Forget the deliveries up to ``upto`` (acknowledged, or discarded); returns how many
-        there were, and their bytes."""
+        there were, and their bytes: ``known`` if the caller knows them, else read first."""
         self._write_enqueued()
         key = (record.owner, record.name, upto)
-        row = self._db.execute(
-            "SELECT count(*), coalesce(sum(size), 0) FROM queue "
-            "WHERE owner = ? AND name = ? AND seq <= ?",
-            key,
-        ).fetchone()
+        if known is None:
+            row = self._db.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM queue "
+                "WHERE owner = ? AND name = ? AND seq <= ?",
+                key,
+            ).fetchone()
+            known = int(row[0]), int(row[1])
         self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ? AND seq <= ?", key)
-        return int(row[0]), int(row[1])
+        return known
 
     def oldest(self, record: DurableRecord, count: int) -> int:
         """The delivery number of the ``count``-th oldest queued delivery (0 if none)."""

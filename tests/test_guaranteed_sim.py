@@ -159,6 +159,18 @@ def test_durable_subscribers_get_every_guaranteed_publication_once_through_crash
             name = f"{p.client.name}@{p.client.broker}"
             got = [n for publisher, n in s.got if publisher == name]
             assert got == list(range(p.count)), (seed, s.client.name, name)
+    _queues_agree(sim)
+
+
+def _queues_agree(sim: Simulation) -> None:
+    """What each durable subscription counts as queued, in deliveries and bytes, is what its
+    broker's journal holds."""
+    for broker in sim.brokers.values():
+        counted = {(d["owner"], d["name"]): d for d in broker.durables.statistics()}
+        for record in broker.durables.records():
+            held = broker.journal.backlog(record)
+            d = counted[record.owner, record.name]
+            assert (d["queued"], d["queued_bytes"]) == held, (broker.id, record.name)
 
 
 def test_a_durable_subscriber_away_gets_what_it_missed_and_nothing_twice() -> None:
@@ -695,3 +707,4 @@ def test_every_durable_subscriber_gets_everything_once_under_random_faults(seed:
     for broker in sim.brokers.values():
         assert all(d["recovering"] == 0 for d in broker.durables.statistics())
         assert len(broker.settling) == 0, broker.id
+    _queues_agree(sim)

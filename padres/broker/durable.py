@@ -190,16 +190,20 @@ class _Durable:
         while self.recent:
             self._forget_oldest()
 
-    def landed(self, acked: int) -> None:
+    def landed(self, acked: int) -> tuple[int, int]:
         """The deliveries up to ``acked`` are no longer in flight nor kept (acknowledged, or
-        discarded)."""
+        discarded); returns how many of them were in flight, and their bytes."""
         flight = self.flight
+        count = total = 0
         while flight and flight[0][0] <= acked:
             size = flight.popleft()[1]
-            self.flight_bytes -= size
-            self.window.used -= size
+            count += 1
+            total += size
+        self.flight_bytes -= total
+        self.window.used -= total
         while self.recent and self.recent[0][0] <= acked:
             self._forget_oldest()
+        return count, total
 
     def restart(self, window: _Memory | None = None) -> None:
         """The client resumes after its last acknowledgement: nothing is in flight (``window``:
@@ -381,9 +385,12 @@ class Durables:
         record = durable.record
         if seq <= record.acked:
             return
+        in_flight, flown = durable.landed(seq)
+        # Every delivery after the last acknowledged one is queued: when all those now
+        # acknowledged were in flight, their count and bytes are known without reading them.
+        known = (in_flight, flown) if in_flight == seq - record.acked else None
         record.acked = seq
-        durable.landed(seq)
-        count, size = self.journal.dequeue(record, seq)
+        count, size = self.journal.dequeue(record, seq, known)
         durable.queued -= count
         durable.bytes -= size
         self.journal.save(record)
