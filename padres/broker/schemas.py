@@ -109,11 +109,7 @@ class Schemas:
             return Error(str(exc), reference(message))
 
     def _screen(self, message: Envelope) -> Declaration | None:
-        match message:
-            case DeclareSchema():
-                return Declaration(message.id, message.class_name, message.attributes)
-            case DropSchema():
-                return Declaration(message.id, message.class_name, None)
+        match message:  # publications first: most messages are
             case Publication() | Guaranteed() | TxPublish():
                 pub = message if isinstance(message, Publication) else message.publication
                 if pub.class_name != SCHEMA_CLASS:
@@ -125,6 +121,10 @@ class Schemas:
                     )
                 else:
                     return Declaration(pub.id, *declared_by(pub))
+            case DeclareSchema():
+                return Declaration(message.id, message.class_name, message.attributes)
+            case DropSchema():
+                return Declaration(message.id, message.class_name, None)
             case Subscription() | Advertisement():
                 self._check_filter(message)
             case Durable() | Subscribe():
