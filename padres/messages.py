@@ -159,6 +159,8 @@ def _check_name(name: object, what: str = "attribute name") -> str:
 def check_id(ident: object, what: str) -> str:
     """Return ``ident`` if it is a valid id: 1 to 256 visible characters, none of which are
     quotes, commas, brackets or slashes."""
+    if type(ident) is str and ident.isalnum() and ident.isascii() and len(ident) <= MAX_ID:
+        return ident  # letters and digits only, the common case: no pattern to match
     if not _VALID_ID(ident):
         raise InvalidMessage(
             f"invalid {what} {quote(ident)}: 1 to 256 visible characters, no spaces, quotes, "

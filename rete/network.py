@@ -25,7 +25,7 @@ class UnknownCondition(KeyError):
     """No condition has this id."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per fact, and a frozen one costs twice as much
 class Result:
     """What one fact matched: condition ids, and the composite conditions it completed."""
 
