@@ -590,14 +590,15 @@ _CHECKED: Final[ContextVar[bool]] = ContextVar("checked", default=False)
 
 
 @contextmanager
-def checked_before() -> Iterator[None]:
-    """Publications built here come from a broker, which checked each one at its edge: their
-    fields' types are still checked (the codec does), the rules of the language are not again.
+def checked_before(checked: bool = True) -> Iterator[None]:
+    """Publications built here come from a broker, which checked each one at its edge (if
+    ``checked``): their fields' types are still checked (the codec does), the rules of the
+    language are not again.
 
     For what a client reads from its broker, a broker from a neighbour it dialled, and a
     broker from its own journal; never for what a client sends to a broker. The rules cost
     about three quarters of decoding a publication."""
-    token = _CHECKED.set(True)
+    token = _CHECKED.set(checked)
     try:
         yield
     finally:

@@ -26,7 +26,6 @@ or a JSON array of them; ``Codec.decode_frame`` refuses a bad message of a frame
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -435,7 +434,7 @@ class Codec(Generic[T]):
         if not checked:
             _check_numbers(data)
         try:
-            with _READING, checked_before() if checked else contextlib.nullcontext():
+            with _READING, checked_before(checked):
                 return self._one.decode(data)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             raise _translate(exc, self._types) from None
@@ -447,7 +446,7 @@ class Codec(Generic[T]):
         place. A frame that is too large or not JSON at all raises ``DecodeError``.
         ``checked``: the frame comes from a broker (see ``checked_before``), which wrote its
         numbers itself: none of them is too small for a float."""
-        with checked_before() if checked else contextlib.nullcontext():
+        with checked_before(checked):
             return self._decode_frame(data, max_bytes, checked)
 
     def _decode_frame(self, data: bytes | str, max_bytes: int, checked: bool) -> list[T | Rejected]:

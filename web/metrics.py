@@ -40,10 +40,10 @@ from padres.protocol import (
 )
 from padres.runtime.node import BrokerNode, Handled
 
-__all__ = ["Histogram", "Metrics"]
+__all__ = ["PUBLISHING", "Histogram", "Metrics"]
 
-# Tuples, not unions: ``observe`` tests every message, and isinstance is faster with these.
-_PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
+# Tuples, not unions: observers test every message, and isinstance is faster with these.
+PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
 _SUBSCRIBING: Final = (Subscription, CompositeSubscription)
 _DELIVERY: Final = (Notify, CompositeNotify)
 
@@ -131,7 +131,7 @@ class Metrics(Collector):
         """Deliveries (not routed copies) per hop: what a database ingests."""
         private = self.private
         for message, sent, took in handled:
-            if isinstance(message, _PUBLISHING):
+            if isinstance(message, PUBLISHING):
                 pub = message if isinstance(message, Publication) else message.publication
                 if pub.attributes.get("class") in private:
                     continue

@@ -33,17 +33,15 @@ from padres.matching import matches
 from padres.messages import Filter, Publication
 from padres.parser import parse_filter
 from padres.printer import format_filter
-from padres.protocol import CompositeNotify, Guaranteed, Notify, RoutePublish
+from padres.protocol import CompositeNotify, Notify, RoutePublish
 from padres.runtime.node import Handled
 from web.bodies import TraceBody
 from web.clients import Clients
 from web.inputs import filter_from, publications_from_json
-from web.metrics import Metrics
+from web.metrics import PUBLISHING, Metrics
 from web.problems import Problem
 
 __all__ = ["ARMED_FOR", "MAX_REPORTS", "REPORT", "REQUEST", "Tracer"]
-
-_PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
 
 REQUEST: Final = "TRACE_REQUEST"
 REPORT: Final = "TRACE"
@@ -139,7 +137,7 @@ class Tracer:
     def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: arm on requests, report what armed traces want."""
         for message, outs, _ in handled:
-            if isinstance(message, _PUBLISHING):
+            if isinstance(message, PUBLISHING):
                 pub = message if isinstance(message, Publication) else message.publication
                 self._saw(hop, pub, outs)
 
