@@ -12,9 +12,14 @@ It holds
 - the durable subscriptions made at this broker, with what is queued for each;
 - the schemas of the typed classes it knows, so that it enforces them again after a restart.
 
+A durable subscription's queue is kept as *runs*: the consecutive deliveries queued for it
+between two commits are one row (``runs``), their bodies side by side, so that a frame that
+queues hundreds of deliveries writes one row rather than hundreds. A run partly acknowledged is
+cut down to what is left, so the table holds exactly what is queued.
+
 A committed transaction's publications are guaranteed publications marked with the transaction
-(``log.tx``), and deliveries of transactional publications with it and its outcome
-(``queue.tx``, ``queue.outcome``), so that recovery and resumption show them as what they are.
+(``log.tx``), and deliveries of transactional publications with it and its outcome (a run's
+``tags``), so that recovery and resumption show them as what they are.
 
 Nothing is written for good until ``commit``: the runtime commits once per frame it read,
 before it sends anything that frame caused, so an acknowledgement never gets ahead of the disk.
@@ -63,18 +68,23 @@ CREATE TABLE IF NOT EXISTS durables (
     owner TEXT NOT NULL, name TEXT NOT NULL, subscription BLOB NOT NULL, cursors BLOB NOT NULL,
     next INTEGER NOT NULL, acked INTEGER NOT NULL, discarded INTEGER NOT NULL,
     created REAL NOT NULL, PRIMARY KEY (owner, name));
-CREATE TABLE IF NOT EXISTS queue (
-    owner TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, size INTEGER NOT NULL,
-    body BLOB NOT NULL, PRIMARY KEY (owner, name, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    owner TEXT NOT NULL, name TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
+    size INTEGER NOT NULL, sizes BLOB NOT NULL, bodies BLOB NOT NULL, tags BLOB,
+    PRIMARY KEY (owner, name, first)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS schemas (class TEXT PRIMARY KEY, body BLOB NOT NULL);
 """
 _COLUMNS: Final = (
     ("log", "tx", "TEXT NOT NULL DEFAULT ''"),
-    ("queue", "tx", "TEXT NOT NULL DEFAULT ''"),
-    ("queue", "outcome", "TEXT NOT NULL DEFAULT ''"),
     ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
 )
 """Columns added since the first schema: a journal written before gets them when opened."""
+_OLD_RUN: Final = 1_000
+"""Deliveries of a queue written one row each (before runs) put in one run, at most."""
+_INSERT_RUN: Final = (
+    "INSERT INTO runs (owner, name, first, last, size, sizes, bodies, tags) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 Tag: TypeAlias = tuple[str, Outcome]
@@ -125,6 +135,75 @@ def _publication(body: bytes) -> Publication:
     return message
 
 
+_RunRow: TypeAlias = tuple[str, str, int, int, int, bytes, bytes, bytes | None]
+
+
+@dataclass
+class _Run:
+    """Consecutive deliveries queued for one durable subscription, numbered from ``first``:
+    a row of the journal's ``runs``."""
+
+    first: int
+    sizes: list[int] = field(default_factory=list)
+    bodies: bytearray = field(default_factory=bytearray)
+    """Their encoded publications, one after the other."""
+    tags: list[Tag | None] | None = None
+    """Per delivery, its tag; None where none has one."""
+
+    @classmethod
+    def read(cls, first: int, sizes: bytes, bodies: bytes, tags: bytes | None) -> _Run:
+        """The run of a row."""
+        lengths: list[int] = orjson.loads(sizes)
+        if tags is None:
+            return cls(first, lengths, bytearray(bodies))
+        tagged = [None if t is None else (t[0], Outcome(t[1])) for t in orjson.loads(tags)]
+        return cls(first, lengths, bytearray(bodies), tagged)
+
+    def row(self, owner: str, name: str) -> _RunRow:
+        return (
+            owner,
+            name,
+            self.first,
+            self.first + len(self.sizes) - 1,
+            len(self.bodies),
+            orjson.dumps(self.sizes),
+            bytes(self.bodies),
+            None if self.tags is None else orjson.dumps(self.tags),
+        )
+
+    def add(self, body: bytes, tag: Tag | None) -> None:
+        if tag is not None and self.tags is None:
+            self.tags = [None] * len(self.sizes)
+        if self.tags is not None:
+            self.tags.append(tag)
+        self.sizes.append(len(body))
+        self.bodies += body
+
+    def deliveries(self, after: int, limit: int) -> list[tuple[int, Publication, Tag | None, int]]:
+        """Up to ``limit`` of its deliveries after number ``after``: (number, publication, tag,
+        bytes)."""
+        skip = max(0, after - self.first + 1)
+        offset = sum(self.sizes[:skip])
+        found = []
+        for i, size in enumerate(self.sizes[skip : skip + limit], skip):
+            pub = _publication(bytes(self.bodies[offset : offset + size]))
+            found.append((self.first + i, pub, None if self.tags is None else self.tags[i], size))
+            offset += size
+        return found
+
+    def cut(self, upto: int) -> tuple[int, int]:
+        """Drop its deliveries up to number ``upto``; returns how many, and their bytes."""
+        count = upto - self.first + 1
+        size = sum(self.sizes[:count])
+        del self.sizes[:count], self.bodies[:size]
+        if self.tags is not None:
+            del self.tags[:count]
+            if not any(self.tags):
+                self.tags = None
+        self.first = upto + 1
+        return count, size
+
+
 class Journal:
     """See the module docstring."""
 
@@ -144,6 +223,7 @@ class Journal:
                 if column not in {row[1] for row in found}:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
             self._db.execute("CREATE INDEX IF NOT EXISTS log_tx ON log (tx) WHERE tx != ''")
+            self._take_old_queue()
             row = self._db.execute("SELECT max(pos) FROM log").fetchone()
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open the journal {path}: {exc}") from exc
@@ -151,9 +231,35 @@ class Journal:
         """The position of the last guaranteed publication accepted."""
         self._unsaved: dict[tuple[str, str], DurableRecord] = {}
         """Durable subscriptions changed since the last commit (``save``)."""
-        self._enqueued: list[tuple[str, str, int, int, bytes, str, str]] = []
-        """Deliveries queued and not yet inserted (``enqueue``): inserted together, before
-        the next commit or read of the queue."""
+        self._enqueued: dict[tuple[str, str], _Run] = {}
+        """Per durable subscription, the deliveries queued and not yet inserted (``enqueue``):
+        inserted together, before the next commit or read of the queue."""
+
+    def _take_old_queue(self) -> None:
+        """A journal written before runs holds its durable subscriptions' queues one row per
+        delivery (table ``queue``): they become runs, and the table goes."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(queue)")}
+        if not columns:
+            return
+        tags = "tx, outcome" if "tx" in columns else "'', ''"
+        rows = self._db.execute(
+            f"SELECT owner, name, seq, body, {tags} FROM queue ORDER BY owner, name, seq"
+        ).fetchall()
+        runs: list[_RunRow] = []
+        key: tuple[str, str] | None = None
+        run = _Run(0)
+        for owner, name, seq, body, tx, outcome in rows:
+            follows = (owner, name) == key and seq == run.first + len(run.sizes)
+            if not follows or len(run.sizes) >= _OLD_RUN:
+                if key is not None:
+                    runs.append(run.row(*key))
+                key, run = (owner, name), _Run(seq)
+            run.add(body, (tx, Outcome(outcome)) if tx else None)
+        if key is not None:
+            runs.append(run.row(*key))
+        self._db.executemany(_INSERT_RUN, runs)
+        self._db.execute("DROP TABLE queue")
+        self._db.commit()
 
     def close(self) -> None:
         self._db.close()
@@ -348,7 +454,7 @@ class Journal:
         key = (record.owner, record.name)
         self._unsaved.pop(key, None)
         self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
-        self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ?", key)
+        self._db.execute("DELETE FROM runs WHERE owner = ? AND name = ?", key)
 
     def enqueue(
         self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
@@ -356,24 +462,26 @@ class Journal:
         """Queue a delivery (of a transaction's publication: ``tag``); returns its size in
         bytes. It is inserted with the others queued before the next commit or read."""
         body = _body(pub)
-        tx, outcome = tag or ("", "")
-        self._enqueued.append((record.owner, record.name, seq, len(body), body, tx, outcome))
+        key = (record.owner, record.name)
+        run = self._enqueued.get(key)
+        if run is None or seq != run.first + len(run.sizes):
+            if run is not None:
+                self._write_enqueued()
+            run = self._enqueued[key] = _Run(seq)
+        run.add(body, tag)
         return len(body)
 
     def _write_enqueued(self) -> None:
-        """Insert the deliveries queued so far: all of them, or, on an error, none (they stay
-        queued for the next attempt)."""
+        """Insert the deliveries queued so far, a run per durable subscription: all of them,
+        or, on an error, none (they stay queued for the next attempt)."""
         if not self._enqueued:
             return
+        rows = [run.row(owner, name) for (owner, name), run in self._enqueued.items()]
         if not self._db.in_transaction:
             self._db.execute("BEGIN")
         self._db.execute("SAVEPOINT enqueued")
         try:
-            self._db.executemany(
-                "INSERT INTO queue (owner, name, seq, size, body, tx, outcome) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                self._enqueued,
-            )
+            self._db.executemany(_INSERT_RUN, rows)
         except BaseException:
             self._db.execute("ROLLBACK TO enqueued")
             self._db.execute("RELEASE enqueued")
@@ -387,21 +495,28 @@ class Journal:
         """Up to ``limit`` deliveries queued for ``record`` after number ``after``, in order:
         (number, publication, tag, bytes)."""
         self._write_enqueued()
-        rows = self._db.execute(
-            "SELECT seq, body, tx, outcome FROM queue WHERE owner = ? AND name = ? AND seq > ? "
-            "ORDER BY seq LIMIT ?",
-            (record.owner, record.name, after, limit),
-        ).fetchall()
-        return [
-            (seq, _publication(body), (tx, Outcome(outcome)) if tx else None, len(body))
-            for seq, body, tx, outcome in rows
-        ]
+        cursor = self._db.execute(
+            "SELECT first, sizes, bodies, tags FROM runs "
+            "WHERE owner = ? AND name = ? AND last > ? ORDER BY first",
+            (record.owner, record.name, after),
+        )
+        found: list[tuple[int, Publication, Tag | None, int]] = []
+        try:
+            for first, sizes, bodies, tags in cursor:
+                run = _Run.read(first, sizes, bodies, tags)
+                found += run.deliveries(after, limit - len(found))
+                if len(found) >= limit:
+                    break
+        finally:
+            cursor.close()
+        return found
 
     def backlog(self, record: DurableRecord) -> tuple[int, int]:
         """How many deliveries are queued for ``record``, and their bytes."""
         self._write_enqueued()
         row = self._db.execute(
-            "SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE owner = ? AND name = ?",
+            "SELECT coalesce(sum(last - first + 1), 0), coalesce(sum(size), 0) FROM runs "
+            "WHERE owner = ? AND name = ?",
             (record.owner, record.name),
         ).fetchone()
         return int(row[0]), int(row[1])
@@ -413,21 +528,44 @@ class Journal:
         there were, and their bytes: ``known`` if the caller knows them, else read first."""
         self._write_enqueued()
         key = (record.owner, record.name, upto)
+        count = size = 0
         if known is None:
             row = self._db.execute(
-                "SELECT count(*), coalesce(sum(size), 0) FROM queue "
-                "WHERE owner = ? AND name = ? AND seq <= ?",
+                "SELECT coalesce(sum(last - first + 1), 0), coalesce(sum(size), 0) FROM runs "
+                "WHERE owner = ? AND name = ? AND last <= ?",
                 key,
             ).fetchone()
-            known = int(row[0]), int(row[1])
-        self._db.execute("DELETE FROM queue WHERE owner = ? AND name = ? AND seq <= ?", key)
-        return known
+            count, size = int(row[0]), int(row[1])
+        self._db.execute("DELETE FROM runs WHERE owner = ? AND name = ? AND last <= ?", key)
+        row = self._db.execute(  # the run ``upto`` falls in, if any: what is left of it stays
+            "SELECT first, sizes, bodies, tags FROM runs "
+            "WHERE owner = ? AND name = ? AND first <= ?",
+            key,
+        ).fetchone()
+        if row is not None:
+            run = _Run.read(*row)
+            cut, cut_size = run.cut(upto)
+            count += cut
+            size += cut_size
+            self._db.execute(
+                "DELETE FROM runs WHERE owner = ? AND name = ? AND first = ?",
+                (record.owner, record.name, row[0]),
+            )
+            self._db.execute(_INSERT_RUN, run.row(record.owner, record.name))
+        return known if known is not None else (count, size)
 
     def oldest(self, record: DurableRecord, count: int) -> int:
         """The delivery number of the ``count``-th oldest queued delivery (0 if none)."""
         self._write_enqueued()
-        row = self._db.execute(
-            "SELECT seq FROM queue WHERE owner = ? AND name = ? ORDER BY seq LIMIT 1 OFFSET ?",
-            (record.owner, record.name, count - 1),
-        ).fetchone()
-        return 0 if row is None else int(row[0])
+        cursor = self._db.execute(
+            "SELECT first, last FROM runs WHERE owner = ? AND name = ? ORDER BY first",
+            (record.owner, record.name),
+        )
+        try:
+            for first, last in cursor:
+                if count <= last - first + 1:
+                    return int(first) + count - 1
+                count -= last - first + 1
+        finally:
+            cursor.close()
+        return 0

@@ -319,7 +319,7 @@ def test_failing_a_durable_delivery_acknowledges_it_in_the_same_journal_transact
 def _queued(path: str) -> tuple[int, int]:
     """Deliveries queued for durable subscriptions, and exception entries, as on disk."""
     with contextlib.closing(sqlite3.connect(path)) as db:
-        queued = db.execute("SELECT count(*) FROM queue").fetchone()[0]
+        queued = db.execute("SELECT coalesce(sum(last - first + 1), 0) FROM runs").fetchone()[0]
         entries = db.execute("SELECT count(*) FROM exceptions").fetchone()[0]
     return int(queued), int(entries)
 

@@ -353,7 +353,7 @@ def test_a_journal_written_before_transactions_opens_and_takes_them(tmp_path: Pa
     old = Journal(path)
     old.close()
     with closing(sqlite3.connect(path)) as db, db:  # the tables as before transactions
-        for table in ("log", "queue", "durables"):
+        for table in ("log", "runs", "durables"):
             db.execute(f"DROP TABLE {table}")
         db.executescript(
             "CREATE TABLE log (pos INTEGER PRIMARY KEY, tree TEXT NOT NULL, "
