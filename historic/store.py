@@ -379,9 +379,9 @@ class _Rows:
                 )
                 new += conn.exec_driver_sql(sql, group).rowcount
             elif again:
-                new += _copy_new(conn, columns, group)
+                new += _copy_new(conn, columns, _copy_types(shape), group)
             else:
-                _copy(conn, "publications", columns, group)
+                _copy(conn, "publications", columns, _copy_types(shape), group)
                 new += len(group)
         return new
 
@@ -455,22 +455,38 @@ def _fetch(conn: Connection, statement: Select[Any], size: int) -> Iterator[list
         cursor.close()
 
 
-def _copy(conn: Connection, table: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
-    """PostgreSQL: ``COPY`` ``rows`` into ``columns`` of ``table``."""
+_COPY_TYPES: Final = {int: "int8", float: "float8", str: "text", bool: "bool"}
+"""The PostgreSQL type a value of each Python type is copied as (in binary)."""
+
+
+def _copy_types(shape: Shape) -> tuple[str, ...]:
+    """The PostgreSQL types of the columns of a row of ``shape``, in order."""
+    return ("text", "text", "int8", "text", "text", *(_COPY_TYPES[t] for t in shape[2]))
+
+
+def _copy(
+    conn: Connection, table: str, columns: str, types: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
+    """PostgreSQL: ``COPY`` ``rows`` into ``columns`` of ``table``, in binary (no value is
+    written out as text and parsed again), ``types`` the columns' types."""
     raw: Any = conn.connection.driver_connection
-    with raw.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+    statement = f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)"
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        copy.set_types(types)
         for row in rows:
             copy.write_row(row)
 
 
-def _copy_new(conn: Connection, columns: str, rows: list[tuple[Any, ...]]) -> int:
+def _copy_new(
+    conn: Connection, columns: str, types: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
     """PostgreSQL: ``rows`` through a temporary table into ``publications``, skipping those
     stored already; returns how many were new."""
     conn.exec_driver_sql(
         "CREATE TEMPORARY TABLE padres_batch ON COMMIT DROP AS "
         f"SELECT {columns} FROM publications WITH NO DATA"
     )
-    _copy(conn, "padres_batch", columns, rows)
+    _copy(conn, "padres_batch", columns, types, rows)
     new = conn.exec_driver_sql(
         f"INSERT INTO publications ({columns}) SELECT {columns} FROM padres_batch "
         "ON CONFLICT DO NOTHING"
