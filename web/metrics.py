@@ -32,20 +32,32 @@ from prometheus_client.registry import Collector
 from padres.messages import CompositeSubscription, Publication, Subscription
 from padres.protocol import (
     CompositeNotify,
+    Envelope,
     Guaranteed,
     Notify,
     ReplayDone,
     ReplayOffer,
     RoutePublish,
+    TxNotify,
 )
 from padres.runtime.node import BrokerNode, Handled
 
-__all__ = ["PUBLISHING", "Histogram", "Metrics"]
+__all__ = ["Histogram", "Metrics", "published"]
 
-# Tuples, not unions: observers test every message, and isinstance is faster with these.
-PUBLISHING: Final = (Publication, RoutePublish, Guaranteed)
 _SUBSCRIBING: Final = (Subscription, CompositeSubscription)
-_DELIVERY: Final = (Notify, CompositeNotify)
+_DELIVERY: Final = frozenset({Notify, TxNotify, CompositeNotify})
+"""Exact types: observers test every message, and a set lookup of its type is faster than
+isinstance (none of these message types has other subclasses)."""
+
+
+def published(message: Envelope) -> Publication | None:
+    """The publication ``message`` publishes or routes, if it is one (transactions aside)."""
+    if type(message) is Publication:
+        return message
+    if type(message) is RoutePublish or type(message) is Guaranteed:
+        return message.publication
+    return None
+
 
 LATENCY_BUCKETS: Final = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 REPLAY_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -125,40 +137,44 @@ class Metrics(Collector):
     def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: count what the core just did."""
         ins = 0
-        outs: dict[str, int] = {}
-        """Publications out per hop, named once at the end."""
+        matched = 0
+        routed: dict[str, int] = {}
+        """Publications routed to each neighbour."""
         delivered: dict[str, int] = {}
-        """Deliveries (not routed copies) per hop: what a database ingests."""
+        """Deliveries to each client: what a database ingests."""
         private = self.private
+        latency = self.latency.observe
         for message, sent, took in handled:
-            if isinstance(message, PUBLISHING):
-                pub = message if isinstance(message, Publication) else message.publication
+            pub = published(message)
+            if pub is not None:
                 if pub.attributes.get("class") in private:
                     continue
                 ins += 1
-                self.latency.observe(took)
+                latency(took)
             elif isinstance(message, ReplayOffer):
                 self._databases.add(hop)
             elif isinstance(message, _SUBSCRIBING) and _historic(message):
                 self._asked[(hop, message.id)] = time.monotonic()
             for to, out in sent:
-                if isinstance(out, RoutePublish):
-                    outs[to] = outs.get(to, 0) + 1
-                elif isinstance(out, _DELIVERY):
-                    outs[to] = outs.get(to, 0) + 1
+                kind = type(out)
+                if kind is RoutePublish:
+                    routed[to] = routed.get(to, 0) + 1
+                elif kind in _DELIVERY:
                     delivered[to] = delivered.get(to, 0) + 1
-                    self.matched += len(out.subscriptions) if isinstance(out, Notify) else 1
+                    matched += len(out.subscriptions) if isinstance(out, Notify) else 1
                 elif isinstance(out, ReplayDone):
                     self.replays += 1
                     asked = self._asked.pop((to, out.subscription), None)
                     if asked is not None:
                         self.replay_latency.observe(time.monotonic() - asked)
+        self.matched += matched
         if ins:
             self._count(self.totals["in"], hop, ins)
-        for to, count in outs.items():
-            name = self._count(self.totals["out"], to, count)
-            if to in self._databases and to in delivered:
-                self.ingest[name] = self.ingest.get(name, 0) + delivered[to]
+        for to in routed.keys() | delivered.keys():
+            count = delivered.get(to, 0)
+            name = self._count(self.totals["out"], to, routed.get(to, 0) + count)
+            if count and to in self._databases:
+                self.ingest[name] = self.ingest.get(name, 0) + count
 
     def collect(self) -> Iterator[Metric]:
         """Every metric, as it is now."""

@@ -38,7 +38,7 @@ from padres.runtime.node import Handled
 from web.bodies import TraceBody
 from web.clients import Clients
 from web.inputs import filter_from, publications_from_json
-from web.metrics import PUBLISHING, Metrics
+from web.metrics import Metrics, published
 from web.problems import Problem
 
 __all__ = ["ARMED_FOR", "MAX_REPORTS", "REPORT", "REQUEST", "Tracer"]
@@ -137,8 +137,8 @@ class Tracer:
     def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: arm on requests, report what armed traces want."""
         for message, outs, _ in handled:
-            if isinstance(message, PUBLISHING):
-                pub = message if isinstance(message, Publication) else message.publication
+            pub = published(message)
+            if pub is not None and (self.armed or pub.attributes.get("class") == REQUEST):
                 self._saw(hop, pub, outs)
 
     def _saw(self, hop: str, pub: Publication, outs: list[Out]) -> None:
