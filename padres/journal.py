@@ -27,7 +27,8 @@ before it sends anything that frame caused, so an acknowledgement never gets ahe
 as well as a crash; ``normal`` survives a crash of the process (the operating system still has
 the data) but may lose the last commits at a power failure; ``off`` leaves it to the operating
 system. ``Journal()`` without a path keeps everything in memory (the simulation's brokers);
-``Journal("")`` in a temporary file that goes when it is closed.
+``Journal("")`` in a temporary file that goes when it is closed (its rollback journal in memory:
+the file does not outlive the process, so nothing on disk needs to survive a crash).
 """
 
 from __future__ import annotations
@@ -214,7 +215,9 @@ class Journal:
         self.retention = retention
         try:
             self._db = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
-            if path not in ("", ":memory:"):
+            if path == "":  # see the module docstring
+                self._db.execute("PRAGMA journal_mode=MEMORY")
+            elif path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={sync.value.upper()}")
             self._db.executescript(_SCHEMA)
@@ -242,22 +245,23 @@ class Journal:
         if not columns:
             return
         tags = "tx, outcome" if "tx" in columns else "'', ''"
-        rows = self._db.execute(
+        rows = self._db.execute(  # read as converted: the queue may be larger than memory
             f"SELECT owner, name, seq, body, {tags} FROM queue ORDER BY owner, name, seq"
-        ).fetchall()
-        runs: list[_RunRow] = []
+        )
         key: tuple[str, str] | None = None
         run = _Run(0)
-        for owner, name, seq, body, tx, outcome in rows:
-            follows = (owner, name) == key and seq == run.first + len(run.sizes)
-            if not follows or len(run.sizes) >= _OLD_RUN:
-                if key is not None:
-                    runs.append(run.row(*key))
-                key, run = (owner, name), _Run(seq)
-            run.add(body, (tx, Outcome(outcome)) if tx else None)
+        while batch := rows.fetchmany(_OLD_RUN):
+            runs: list[_RunRow] = []
+            for owner, name, seq, body, tx, outcome in batch:
+                follows = (owner, name) == key and seq == run.first + len(run.sizes)
+                if not follows or len(run.sizes) >= _OLD_RUN:
+                    if key is not None:
+                        runs.append(run.row(*key))
+                    key, run = (owner, name), _Run(seq)
+                run.add(body, (tx, Outcome(outcome)) if tx else None)
+            self._db.executemany(_INSERT_RUN, runs)
         if key is not None:
-            runs.append(run.row(*key))
-        self._db.executemany(_INSERT_RUN, runs)
+            self._db.execute(_INSERT_RUN, run.row(*key))
         self._db.execute("DROP TABLE queue")
         self._db.commit()
 

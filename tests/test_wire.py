@@ -209,3 +209,28 @@ def test_checked_input_skips_the_language_rules_but_not_the_types() -> None:
         decode_frame(tiny)
     [zero] = decode_frame(tiny, checked=True)
     assert isinstance(zero, Publication) and zero.attributes["x"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "number",
+    ["1e-400", "1E-400", "-2.5e-999", "0." + "0" * 330 + "1", "1e-00400", "123e-330"],
+)
+def test_a_number_too_small_for_a_float_is_refused_however_written(number: str) -> None:
+    assert float(number) == 0.0
+    frame = '[{"type":"publication","id":"p","attributes":{"class":"T","x":' + number + "},"
+    frame += '"timestamp":"2026-01-01T00:00:00Z","v":1}]'
+    for data in (frame, frame.encode()):
+        with pytest.raises(DecodeError, match="too small"):
+            decode_frame(data)
+        with pytest.raises(DecodeError, match="too small"):
+            decode(data[1:-1])
+
+
+@pytest.mark.parametrize(
+    "number", ["1e-300", "5e-324", "-123", "-1234.5", "1e-3", "0.0", "-0e-999", "2E-307"]
+)
+def test_a_number_a_float_holds_is_taken_as_it_reads(number: str) -> None:
+    frame = '{"type":"publication","id":"p","attributes":{"class":"T","x":' + number + "},"
+    frame += '"timestamp":"2026-01-01T00:00:00Z","v":1}'
+    pub = decode(frame)
+    assert isinstance(pub, Publication) and pub.attributes["x"] == float(number)
