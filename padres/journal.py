@@ -80,8 +80,11 @@ _COLUMNS: Final = (
     ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
 )
 """Columns added since the first schema: a journal written before gets them when opened."""
-_OLD_RUN: Final = 1_000
-"""Deliveries of a queue written one row each (before runs) put in one run, at most."""
+_RUN_DELIVERIES: Final = 1_000
+_RUN_BYTES: Final = 256 << 10
+"""A run holds at most ``_RUN_DELIVERIES`` deliveries and about ``_RUN_BYTES`` bytes (the
+delivery that crosses the bound is its last): acknowledging part of a run rewrites at most
+that much, and reading one reads no more."""
 _INSERT_RUN: Final = (
     "INSERT INTO runs (owner, name, first, last, size, sizes, bodies, tags) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -172,6 +175,14 @@ class _Run:
             None if self.tags is None else orjson.dumps(self.tags),
         )
 
+    def takes(self, seq: int) -> bool:
+        """Whether delivery ``seq`` may join the run: it comes next, and the run has room."""
+        return (
+            seq == self.first + len(self.sizes)
+            and len(self.sizes) < _RUN_DELIVERIES
+            and len(self.bodies) < _RUN_BYTES
+        )
+
     def add(self, body: bytes, tag: Tag | None) -> None:
         if tag is not None and self.tags is None:
             self.tags = [None] * len(self.sizes)
@@ -245,21 +256,17 @@ class Journal:
         if not columns:
             return
         tags = "tx, outcome" if "tx" in columns else "'', ''"
-        rows = self._db.execute(  # read as converted: the queue may be larger than memory
+        rows = self._db.execute(  # a row at a time: the queue may be larger than memory
             f"SELECT owner, name, seq, body, {tags} FROM queue ORDER BY owner, name, seq"
         )
         key: tuple[str, str] | None = None
         run = _Run(0)
-        while batch := rows.fetchmany(_OLD_RUN):
-            runs: list[_RunRow] = []
-            for owner, name, seq, body, tx, outcome in batch:
-                follows = (owner, name) == key and seq == run.first + len(run.sizes)
-                if not follows or len(run.sizes) >= _OLD_RUN:
-                    if key is not None:
-                        runs.append(run.row(*key))
-                    key, run = (owner, name), _Run(seq)
-                run.add(body, (tx, Outcome(outcome)) if tx else None)
-            self._db.executemany(_INSERT_RUN, runs)
+        for owner, name, seq, body, tx, outcome in rows:
+            if (owner, name) != key or not run.takes(seq):
+                if key is not None:
+                    self._db.execute(_INSERT_RUN, run.row(*key))
+                key, run = (owner, name), _Run(seq)
+            run.add(body, (tx, Outcome(outcome)) if tx else None)
         if key is not None:
             self._db.execute(_INSERT_RUN, run.row(*key))
         self._db.execute("DROP TABLE queue")
@@ -306,6 +313,7 @@ class Journal:
     def rollback(self) -> None:
         """Forget what was not committed (what a crash would lose)."""
         self._enqueued.clear()
+        self._unsaved.clear()
         self._db.rollback()
         row = self._db.execute("SELECT max(pos) FROM log").fetchone()
         self.head = row[0] or 0
@@ -468,7 +476,7 @@ class Journal:
         body = _body(pub)
         key = (record.owner, record.name)
         run = self._enqueued.get(key)
-        if run is None or seq != run.first + len(run.sizes):
+        if run is None or not run.takes(seq):
             if run is not None:
                 self._write_enqueued()
             run = self._enqueued[key] = _Run(seq)

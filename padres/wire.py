@@ -364,8 +364,9 @@ _MAX_REF: Final = 256
 _EXPONENT: Final = re.compile(rb"-\d{3}")
 """A hint that a frame may hold a number too small for a float (``1e-400``) where an ``e`` or
 ``E`` comes before it (searched for ``-`` first, which is much rarer than ``e`` in JSON)."""
-_ZEROS: Final = b"." + b"0" * 300
-"""The other hint: a number written with 300 zeros after its point (``0.000...01``)."""
+_ZEROS: Final = b"." + b"0" * 200
+"""The other hint: a number written with 200 zeros after its point (``0.000...01``): with an
+exponent of -99 or more (the first hint catches lower ones), one needs 224 to read as 0."""
 _TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
 """A JSON string, or a number (group 1)."""
 

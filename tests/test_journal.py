@@ -136,6 +136,35 @@ def test_a_frame_of_deliveries_is_one_row(tmp_path: Path) -> None:
     journal.close()
 
 
+def test_a_run_is_bounded_in_deliveries_and_bytes(tmp_path: Path) -> None:
+    path = str(tmp_path / "journal.sqlite")
+    journal = Journal(path)
+    record = _record()
+    for seq in range(1, 2501):
+        journal.enqueue(record, seq, _publication(seq))
+    big = Publication("b", {"class": "T", "text": "x" * 100_000}, T0)
+    for seq in range(2501, 2506):
+        journal.enqueue(record, seq, big)
+    journal.commit()
+    with closing(sqlite3.connect(path)) as db:
+        runs = db.execute("SELECT first, last FROM runs ORDER BY first").fetchall()
+    assert runs == [(1, 1000), (1001, 2000), (2001, 2502), (2503, 2505)]  # the 256 KiB crossed
+    assert journal.backlog(record)[0] == 2505
+    journal.close()
+
+
+def test_what_a_crash_loses_of_a_subscription_is_forgotten(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "journal.sqlite"))
+    record = _record()
+    journal.save(record)
+    journal.commit()
+    record.acked = 3  # saved, not committed: a crash loses it
+    journal.save(record)
+    journal.rollback()
+    assert [r.acked for r in journal.durables()] == [0]
+    journal.close()
+
+
 def test_a_queue_written_one_row_per_delivery_is_taken_as_runs(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
     Journal(path).close()

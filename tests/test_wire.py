@@ -213,7 +213,15 @@ def test_checked_input_skips_the_language_rules_but_not_the_types() -> None:
 
 @pytest.mark.parametrize(
     "number",
-    ["1e-400", "1E-400", "-2.5e-999", "0." + "0" * 330 + "1", "1e-00400", "123e-330"],
+    [
+        "1e-400",
+        "1E-400",
+        "-2.5e-999",
+        "0." + "0" * 330 + "1",
+        "0." + "0" * 224 + "1e-99",
+        "1e-00400",
+        "123e-330",
+    ],
 )
 def test_a_number_too_small_for_a_float_is_refused_however_written(number: str) -> None:
     assert float(number) == 0.0
