@@ -120,6 +120,12 @@ DurableQueue.TestCase.settings = settings(max_examples=60, stateful_step_count=3
 test_a_durable_queue_holds_what_was_queued_and_not_acknowledged = DurableQueue.TestCase
 
 
+def _runs(path: str) -> list[tuple[int, int]]:
+    """The runs on disk: (first, last)."""
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT first, last FROM runs ORDER BY first").fetchall()
+
+
 def test_a_frame_of_deliveries_is_one_row(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
     journal = Journal(path)
@@ -127,12 +133,10 @@ def test_a_frame_of_deliveries_is_one_row(tmp_path: Path) -> None:
     for seq in range(1, 501):
         journal.enqueue(record, seq, _publication(seq))
     journal.commit()
-    with closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT first, last FROM runs").fetchall() == [(1, 500)]
+    assert _runs(path) == [(1, 500)]
     journal.dequeue(record, 200)  # acknowledged partly: what is left of the run stays
     journal.commit()
-    with closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT first, last FROM runs").fetchall() == [(201, 500)]
+    assert _runs(path) == [(201, 500)]
     journal.close()
 
 
@@ -146,9 +150,8 @@ def test_a_run_is_bounded_in_deliveries_and_bytes(tmp_path: Path) -> None:
     for seq in range(2501, 2506):
         journal.enqueue(record, seq, big)
     journal.commit()
-    with closing(sqlite3.connect(path)) as db:
-        runs = db.execute("SELECT first, last FROM runs ORDER BY first").fetchall()
-    assert runs == [(1, 1000), (1001, 2000), (2001, 2502), (2503, 2505)]  # the 256 KiB crossed
+    # 2502 crosses the 256 KiB: it is the last of its run
+    assert _runs(path) == [(1, 1000), (1001, 2000), (2001, 2502), (2503, 2505)]
     assert journal.backlog(record)[0] == 2505
     journal.close()
 
