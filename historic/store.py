@@ -69,6 +69,8 @@ _UNIQUE_VIOLATION: Final = "23505"
 """PostgreSQL's SQLSTATE for a duplicate key."""
 _HEADER: Final = ("publisher", "id", "time", "stamp", "attributes")
 """The columns of a row before its attributes' columns, in the order ``_row`` gives them."""
+_HEADER_TYPES: Final = ("text", "text", "int8", "text", "text")
+"""Their PostgreSQL types, as ``COPY`` writes them in binary."""
 
 _WHOLE: Final = (
     publications.c.id,
@@ -461,7 +463,7 @@ _COPY_TYPES: Final = {int: "int8", float: "float8", str: "text", bool: "bool"}
 
 def _copy_types(shape: Shape) -> tuple[str, ...]:
     """The PostgreSQL types of the columns of a row of ``shape``, in order."""
-    return ("text", "text", "int8", "text", "text", *(_COPY_TYPES[t] for t in shape[2]))
+    return (*_HEADER_TYPES, *(_COPY_TYPES[t] for t in shape[2]))
 
 
 def _copy(
