@@ -1,7 +1,16 @@
-"""historic: publications stored in a database and queried with the language's filters, and
-published from an application's own database transaction (``transactional``)."""
+"""historic: publications stored in a database and queried with the language's filters
+(database nodes answer historic subscriptions), and published from an application's own database
+transaction (``historic.outbox``)."""
 
+from historic.errors import OutboxError, StoreError, StoreUnavailable
+from historic.outbox import OutboxRelay, TransactionalOutbox
 from historic.store import Store
-from historic.transactional import OutboxRelay, TransactionalOutbox
 
-__all__ = ["OutboxRelay", "Store", "TransactionalOutbox"]
+__all__ = [
+    "OutboxError",
+    "OutboxRelay",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "TransactionalOutbox",
+]

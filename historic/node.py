@@ -53,14 +53,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from historic.errors import StoreError
 from historic.store import Store, Written
-from padres.backoff import Backoff
-from padres.client import Client, Delivery
-from padres.errors import ConnectionLost, ParseError, RequestFailed, StoreError
-from padres.messages import Publication
-from padres.parser import parse_filter
-from padres.printer import format_filter
-from padres.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
+from padres.client.connection import Client, Delivery
+from padres.errors import ConnectionLost, ParseError, RequestFailed
+from padres.language.parser import parse_filter
+from padres.model.messages import Publication
+from padres.model.printer import format_filter
+from padres.model.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
+from padres.runtime.backoff import Backoff
 
 __all__ = ["CONTROL", "STATUS", "Counts", "DatabaseNode", "Writer"]
 

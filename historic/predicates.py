@@ -19,7 +19,7 @@ from typing import Any, Final
 from sqlalchemy import ColumnElement, and_, column, false, func, literal, or_
 
 from historic.schema import publications
-from padres.messages import Filter, Predicate
+from padres.model.messages import Filter, Predicate
 from rete.operators import Op
 
 __all__ = ["Fields", "filter_clause"]

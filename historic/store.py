@@ -43,6 +43,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from historic.errors import StoreError, StoreUnavailable
 from historic.predicates import Fields, filter_clause
 from historic.schema import (
     KINDS,
@@ -55,9 +56,8 @@ from historic.schema import (
     rejected,
     specs,
 )
-from padres.errors import StoreError, StoreUnavailable
-from padres.messages import Filter, Publication
-from padres.wire import from_dict, to_dict
+from padres.model.codec import from_dict, to_dict
+from padres.model.messages import Filter, Publication
 
 __all__ = ["Rejection", "Store", "Written"]
 

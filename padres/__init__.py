@@ -4,10 +4,9 @@ The public API: the message model, reading and writing PADRES text and the JSON 
 matching, the broker core and the client.
 """
 
-from padres.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
-from padres.batch import BatchReader, parse_batch
 from padres.broker import Broker, Covering
-from padres.client import BlockingClient, Client
+from padres.client.connection import BlockingClient, Client
+from padres.client.transaction import Transaction, TransactionState
 from padres.errors import (
     AccountsError,
     AuthenticationError,
@@ -18,7 +17,6 @@ from padres.errors import (
     DuplicateId,
     InvalidMessage,
     JournalError,
-    OutboxError,
     PadresError,
     ParseError,
     RequestFailed,
@@ -26,8 +24,6 @@ from padres.errors import (
     SchemaLimit,
     SchemaViolation,
     StorageError,
-    StoreError,
-    StoreUnavailable,
     TLSError,
     TransactionAborted,
     TransactionClosed,
@@ -35,8 +31,21 @@ from padres.errors import (
     TransactionLimit,
     UnknownId,
 )
-from padres.matching import CompositeMatch, Matcher, MatchResult, filter_bindings, matches
-from padres.messages import (
+from padres.language.batch import BatchReader, parse_batch
+from padres.language.parser import (
+    message_kind,
+    parse_advertisement,
+    parse_composite,
+    parse_filter,
+    parse_message,
+    parse_publication,
+    parse_subscription,
+)
+from padres.matching.matcher import CompositeMatch, Matcher, MatchResult, filter_bindings, matches
+from padres.matching.reference import ReferenceMatcher
+from padres.matching.rete_matcher import ReteMatcher
+from padres.model.codec import decode, encode
+from padres.model.messages import (
     Advertisement,
     AllOf,
     AnyOf,
@@ -52,21 +61,9 @@ from padres.messages import (
     Variable,
     VarType,
 )
-from padres.parser import (
-    message_kind,
-    parse_advertisement,
-    parse_composite,
-    parse_filter,
-    parse_message,
-    parse_publication,
-    parse_subscription,
-)
-from padres.printer import format_batch_line, format_message
-from padres.protocol import Outcome, TxNotify, Visibility
-from padres.reference import ReferenceMatcher
-from padres.rete_engine import ReteMatcher
-from padres.transaction import Transaction, TransactionState
-from padres.wire import decode, encode
+from padres.model.printer import format_batch_line, format_message
+from padres.model.protocol import Outcome, TxNotify, Visibility
+from padres.security.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
 
@@ -102,7 +99,6 @@ __all__ = [
     "Matcher",
     "Message",
     "Op",
-    "OutboxError",
     "Outcome",
     "PadresError",
     "ParseError",
@@ -116,8 +112,6 @@ __all__ = [
     "SchemaLimit",
     "SchemaViolation",
     "StorageError",
-    "StoreError",
-    "StoreUnavailable",
     "Subscription",
     "TLSError",
     "Transaction",

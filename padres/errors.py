@@ -25,11 +25,8 @@ Hierarchy::
     ├── AuthenticationError      a user, password, token or name was not accepted
     ├── AccountsError            an accounts file cannot be read, or an edit of it is wrong
     ├── StorageError             a database on disk failed (the driver's error is the cause)
-    │   ├── JournalError         ... a broker's journal
-    │   ├── OutboxError          ... an application's outbox table (publishing from its
-    │   │                            database transaction)
-    │   └── StoreError           ... a historic store
-    │       └── StoreUnavailable ... unreachable or busy: the same write may work later
+    │   └── JournalError         ... a broker's journal (``historic.errors`` adds the
+    │                                historic store's and the outbox's)
     └── CommandError             the command line was asked for something it cannot do
 """
 
@@ -45,7 +42,6 @@ __all__ = [
     "DuplicateId",
     "InvalidMessage",
     "JournalError",
-    "OutboxError",
     "PadresError",
     "ParseError",
     "RequestFailed",
@@ -53,8 +49,6 @@ __all__ = [
     "SchemaLimit",
     "SchemaViolation",
     "StorageError",
-    "StoreError",
-    "StoreUnavailable",
     "TLSError",
     "TransactionAborted",
     "TransactionClosed",
@@ -242,18 +236,6 @@ class StorageError(PadresError):
 
 class JournalError(StorageError):
     """A broker's journal failed."""
-
-
-class OutboxError(StorageError):
-    """An application's outbox table failed (``historic.transactional``)."""
-
-
-class StoreError(StorageError):
-    """A historic store's database failed or refused."""
-
-
-class StoreUnavailable(StoreError):
-    """The database is unreachable or busy (locked, restarting): the same write may work later."""
 
 
 class CommandError(PadresError):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from padres.matching import matches
-from padres.messages import Filter, Publication
+from padres.matching.matcher import matches
+from padres.model.messages import Filter, Publication
 from spark.catalog import Catalog, ClassRange, default_url
 from spark.columns import publication
 from spark.plan import prune

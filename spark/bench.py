@@ -22,10 +22,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from padres.datasets import stockquote_files
-from padres.messages import Filter, Publication, Subscription
-from padres.parser import parse_filter, parse_publication
-from padres.reference import ReferenceMatcher
+from padres.language.datasets import stockquote_files
+from padres.language.parser import parse_filter, parse_publication
+from padres.matching.reference import ReferenceMatcher
+from padres.model.messages import Filter, Publication, Subscription
 from spark.archive import Archive
 from spark.inputs import Reading
 from spark.load import load
@@ -62,9 +62,9 @@ def _reference_quotes(flt: Filter, files: list[Path]) -> set[str]:
 async def _through_a_broker(root: Path, text: str) -> tuple[list[Publication], int, float]:
     """A historic subscription through a broker and an archive node: what it delivered, the
     files the node read and the seconds to ``ReplayDone``."""
-    from padres.client import Client
-    from padres.protocol import Notify
-    from padres.runtime.processes import BrokerProcess
+    from padres.client.connection import Client
+    from padres.model.protocol import Notify
+    from padres.testing.processes import BrokerProcess
     from spark.node import ArchiveNode
 
     broker = BrokerProcess("B1")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Final
 
-from padres.messages import Publication
+from padres.model.messages import Publication
 from rete.operators import Value
 
 __all__ = [

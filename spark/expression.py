@@ -15,7 +15,7 @@ from datetime import UTC
 from functools import reduce
 from typing import Any, Final
 
-from padres.messages import Filter, Predicate
+from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, Op
 from spark.columns import SUFFIXES, TIME
 from spark.plan import float_above, float_below

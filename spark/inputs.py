@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from padres.errors import PadresError
-from padres.messages import Publication
-from padres.parser import parse_publication
-from padres.wire import decode
+from padres.language.parser import parse_publication
+from padres.model.codec import decode
+from padres.model.messages import Publication
 from rete.operators import Value
 from spark.errors import InputError
 

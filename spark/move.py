@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from historic.errors import StoreError
 from historic.store import Store
-from padres.errors import StoreError
-from padres.wire import encode
+from padres.model.codec import encode
 from spark.errors import ArchiveError
 from spark.inputs import Format, Period, Reading
 from spark.load import LoadReport, load

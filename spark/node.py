@@ -19,10 +19,10 @@ import hashlib
 import logging
 from typing import Any, Final
 
-from padres.client import Client
+from padres.client.connection import Client
 from padres.errors import ConnectionLost, PadresError
-from padres.messages import Filter, Predicate
-from padres.protocol import ReplayBatch, ReplayEnd, ReplayRequest, Span
+from padres.model.messages import Filter, Predicate
+from padres.model.protocol import ReplayBatch, ReplayEnd, ReplayRequest, Span
 from rete.operators import Op
 from spark.archive import Archive
 from spark.catalog import ClassRange

@@ -5,7 +5,7 @@ A file's statistics describe a closed region: every row is of the file's class, 
 ``[start, end]``, and carries only the attributes of its columns, each value within its
 column's ``[minimum, maximum]`` (an attribute with columns of several types may take any of
 them). A file is read when the filter overlaps that region, decided by the relation the brokers
-route with (``padres.relations.overlaps``), attribute by attribute and type by type.
+route with (``padres.matching.relations.overlaps``), attribute by attribute and type by type.
 
 ``overlaps`` compares numbers as floats, so integers beyond 2**53 are first widened to the
 nearest floats outside them, on both sides: the decision may keep a file it could have skipped,
@@ -20,8 +20,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from padres.messages import Filter, Predicate
-from padres.relations import overlaps
+from padres.matching.relations import overlaps
+from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, Op, Value
 from spark.columns import attribute_of, type_of
 from spark.stats import ColumnStats, FileStats

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from padres.messages import Filter, Predicate
+from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, Op
 from spark.columns import TIME
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from padres.messages import Filter, Publication
+from padres.model.messages import Filter, Publication
 from spark.archive import Archive
 from spark.columns import ID, PUBLISHER, TIME, publication
 from spark.expression import expression

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from padres.runtime.processes import BrokerProcess
+from padres.testing.processes import BrokerProcess
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """An application that writes orders and publishes them through its outbox, then dies (SIGKILL)
-at a chosen moment; the tests of ``historic.transactional`` run it as a process of its own.
+at a chosen moment; the tests of ``historic.outbox`` run it as a process of its own.
 
     python -m tests.outbox_app DATABASE_URL BROKER_URL RELAY_NAME TAG MODE
 
@@ -19,7 +19,7 @@ from typing import Final
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
 
-from historic.transactional import OutboxRelay, TransactionalOutbox
+from historic.outbox import OutboxRelay, TransactionalOutbox
 
 ADVERTISEMENT: Final = "[class,eq,'Order'],[tag,isPresent,''],[n,isPresent,0]"
 

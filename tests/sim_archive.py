@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from padres.matching import matches
-from padres.messages import Advertisement, Publication, Subscription
-from padres.parser import parse_filter
-from padres.protocol import (
+from padres.language.parser import parse_filter
+from padres.matching.matcher import matches
+from padres.model.messages import Advertisement, Publication, Subscription
+from padres.model.protocol import (
     Envelope,
     Hello,
     Notify,
@@ -18,7 +18,7 @@ from padres.protocol import (
     ReplayRequest,
     Role,
 )
-from padres.simulation import SimClient, Simulation
+from padres.runtime.simulation import SimClient, Simulation
 
 
 @dataclass(eq=False)

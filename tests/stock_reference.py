@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from padres.messages import Subscription
-from padres.parser import parse_publication
-from padres.reference import ReferenceMatcher
+from padres.language.parser import parse_publication
+from padres.matching.reference import ReferenceMatcher
+from padres.model.messages import Subscription
 from tests.strategies import NOW
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from hypothesis import strategies as st
 
-from padres.messages import (
+from padres.model.messages import (
     AllOf,
     AnyOf,
     CompositeSubscription,

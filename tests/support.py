@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from padres.backoff import Backoff
+from padres.runtime.backoff import Backoff
 
 __all__ = ["eventually", "health", "wait_linked"]
 

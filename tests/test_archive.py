@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from padres.cli import main
-from padres.matching import matches
-from padres.messages import Filter, Publication, Subscription
-from padres.parser import parse_filter, parse_publication
-from padres.reference import ReferenceMatcher
-from padres.wire import decode, encode
+from padres.language.parser import parse_filter, parse_publication
+from padres.matching.matcher import matches
+from padres.matching.reference import ReferenceMatcher
+from padres.model.codec import decode, encode
+from padres.model.messages import Filter, Publication, Subscription
 from rete.operators import Value
 from spark.archive import Archive
 from spark.errors import InputError, JavaMissing
@@ -271,8 +271,8 @@ async def _past_and_live(broker: str, url: str, root: Path) -> tuple[list[str], 
     """A hybrid subscription answered by a database node and an archive node together."""
     from historic.node import DatabaseNode
     from historic.store import Store
-    from padres.client import Client
-    from padres.protocol import Notify
+    from padres.client.connection import Client
+    from padres.model.protocol import Notify
     from spark.node import ArchiveNode
 
     db_client = await Client(broker, "DB1").connect()
@@ -315,7 +315,7 @@ def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
     brokers: dict[str, Any], tmp_path: Path
 ) -> None:
     from historic.store import Store
-    from padres.runtime.processes import BrokerProcess
+    from padres.testing.processes import BrokerProcess
     from spark.move import move
 
     url = f"sqlite:///{tmp_path / 'db1.sqlite'}"
@@ -353,7 +353,7 @@ READ = Reading(Format.JSON)
 async def _asked(broker: str, root: Path, loads: list[list[Publication]]) -> list[list[str]]:
     """For each load in turn (the first before the node starts): who answered historic
     subscriptions to 2025 and to 2026, of classes Order and Refund."""
-    from padres.client import Client
+    from padres.client.connection import Client
     from spark.node import ArchiveNode
 
     root.mkdir()
@@ -386,7 +386,7 @@ def test_an_archive_is_asked_only_for_the_times_and_classes_it_holds(
 ) -> None:
     """Each class is offered with the time range the archive holds of it; what a later load
     adds (a class, a wider range) is offered again."""
-    from padres.runtime.processes import BrokerProcess
+    from padres.testing.processes import BrokerProcess
 
     def orders(kind: str, at: datetime, count: int) -> list[Publication]:
         return [

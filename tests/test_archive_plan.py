@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padres.matching import matches
-from padres.messages import Filter, Predicate, Publication, TimeWindow
-from padres.parser import parse_filter
+from padres.language.parser import parse_filter
+from padres.matching.matcher import matches
+from padres.model.messages import Filter, Predicate, Publication, TimeWindow
 from rete.operators import Op, OperandKind, Value, operand_kind
 from spark.columns import column_of
 from spark.plan import may_match

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from padres.backoff import Backoff
+from padres.runtime.backoff import Backoff
 
 
 def test_delays_double_with_jitter_up_to_the_most_and_start_again_after_a_reset() -> None:

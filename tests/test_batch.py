@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from padres.batch import BatchReader, parse_batch
 from padres.errors import ParseError
-from padres.messages import (
+from padres.language.batch import BatchReader, parse_batch
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Publication,
@@ -14,7 +14,7 @@ from padres.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from padres.printer import format_batch_line
+from padres.model.printer import format_batch_line
 
 BATCH = """\
 # a PADRES batch file

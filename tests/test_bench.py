@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from padres.cli import main
-from padres.datasets import SAMPLE
+from padres.language.datasets import SAMPLE
 
 REQUIRED = {
     "median_ms",

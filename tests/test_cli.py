@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from padres.cli import build_parser, main
-from padres.datasets import SAMPLE
+from padres.language.datasets import SAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUBS = ROOT / "scenarios" / "stocks" / "subscriptions.txt"

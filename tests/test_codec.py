@@ -11,19 +11,19 @@ import orjson
 import pytest
 
 from padres.bench import parse
-from padres.datasets import SAMPLE
 from padres.errors import DecodeError
-from padres.messages import Publication
-from padres.parser import parse_composite, parse_publication
-from padres.protocol import (
+from padres.language.datasets import SAMPLE
+from padres.language.parser import parse_composite, parse_publication
+from padres.model.codec import decode, encode, from_dict, to_dict
+from padres.model.messages import Publication
+from padres.model.protocol import (
     Envelope,
     Notify,
     Rejected,
     decode_frame,
     encode_frame,
 )
-from padres.simulation import Simulation
-from padres.wire import decode, encode, from_dict, to_dict
+from padres.runtime.simulation import Simulation
 
 DOCS = Path(__file__).parent.parent / "docs" / "protocol.md"
 _PUB = {

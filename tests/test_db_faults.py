@@ -17,12 +17,12 @@ import pytest
 from websockets.asyncio.client import connect
 
 from historic import Store
-from padres.client import Client, ClientState
+from padres.client.connection import Client, ClientState
 from padres.errors import DecodeError, InvalidMessage, ParseError
-from padres.messages import Filter, Predicate, Publication
-from padres.parser import parse_publication
-from padres.runtime.processes import BrokerProcess, DatabaseProcess, free_ports
-from padres.wire import decode
+from padres.language.parser import parse_publication
+from padres.model.codec import decode
+from padres.model.messages import Filter, Predicate, Publication
+from padres.testing.processes import BrokerProcess, DatabaseProcess, free_ports
 from rete.operators import Op
 from tests.support import eventually
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from padres.runtime.processes import BrokerProcess
+from padres.testing.processes import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", "docs/rete.md", "docs/historic.md", "docs/transactions.md"]

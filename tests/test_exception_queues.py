@@ -19,12 +19,12 @@ import orjson
 import pytest
 
 from padres.broker import Broker
-from padres.client import Client, Delivery, SubscriptionHandle
+from padres.broker.journal import Journal
+from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.errors import RequestFailed
-from padres.journal import Journal
-from padres.messages import Publication, Subscription
-from padres.parser import parse_advertisement, parse_filter
-from padres.protocol import (
+from padres.language.parser import parse_advertisement, parse_filter
+from padres.model.messages import Publication, Subscription
+from padres.model.protocol import (
     Durable,
     ExceptionAction,
     ExceptionReport,
@@ -36,7 +36,7 @@ from padres.protocol import (
     Ok,
 )
 from padres.runtime.node import BrokerNode
-from padres.runtime.processes import BrokerProcess
+from padres.testing.processes import BrokerProcess
 from tests.support import eventually, health
 
 pytestmark = pytest.mark.anyio

@@ -21,12 +21,12 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from padres.broker import Broker, Out
-from padres.client import Client, Delivery
-from padres.messages import Publication
-from padres.protocol import Envelope, Error, Notify
+from padres.client.connection import Client, Delivery
+from padres.model.messages import Publication
+from padres.model.protocol import Envelope, Error, Notify
 from padres.runtime.node import BrokerNode
-from padres.runtime.outbox import FRAME_BYTES, Outbox
-from padres.runtime.processes import BrokerProcess
+from padres.runtime.send_queue import FRAME_BYTES, Outbox
+from padres.testing.processes import BrokerProcess
 from tests.support import eventually, health
 
 # -- the outbox on its own ------------------------------------------------------------------------

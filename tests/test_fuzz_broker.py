@@ -11,7 +11,7 @@ import pytest
 
 from padres.bench import fuzz
 from padres.errors import DecodeError
-from padres.protocol import decode_frame
+from padres.model.protocol import decode_frame
 
 LATENCY_BOUND_MS = 2000.0
 """The slowest delivery to the client beside the fuzzer, at most."""

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from padres.broker import durable
-from padres.messages import Publication, Unsubscribe
-from padres.parser import parse_advertisement, parse_subscription
-from padres.protocol import Ack, Durable, Guaranteed, Notify, Recover, RoutePublish
-from padres.simulation import SimClient, Simulation
-from padres.wire import encode
+from padres.language.parser import parse_advertisement, parse_subscription
+from padres.model.codec import encode
+from padres.model.messages import Publication, Unsubscribe
+from padres.model.protocol import Ack, Durable, Guaranteed, Notify, Recover, RoutePublish
+from padres.runtime.simulation import SimClient, Simulation
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from padres.client import Client, Delivery
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess, free_ports
+from padres.client.connection import Client, Delivery
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess, free_ports
 from tests.support import wait_linked
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]

@@ -18,10 +18,10 @@ from msgspec.structs import force_setattr
 from historic import Store
 from historic.node import Writer
 from historic.store import Written
-from padres.client import Client, Delivery
-from padres.messages import Filter, Predicate, Publication, Subscription, TimeWindow
-from padres.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
-from padres.runtime.processes import BrokerProcess
+from padres.client.connection import Client, Delivery
+from padres.model.messages import Filter, Predicate, Publication, Subscription, TimeWindow
+from padres.model.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
+from padres.testing.processes import BrokerProcess
 from rete.operators import Op
 
 

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from msgspec.structs import force_setattr
 
 from historic import Store
+from historic.errors import StoreError, StoreUnavailable
 from historic.store import Written
-from padres.errors import StoreError, StoreUnavailable
-from padres.matching import matches
-from padres.messages import Attributes, Filter, Predicate, Publication
-from padres.wire import to_dict
+from padres.matching.matcher import matches
+from padres.model.codec import to_dict
+from padres.model.messages import Attributes, Filter, Predicate, Publication
 from rete.operators import Op, OperandKind, Value, operand_kind
 from tests.postgres import database_url, drop_schema
 from tests.strategies import scaled

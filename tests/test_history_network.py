@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from padres.client import Client, Delivery
-from padres.messages import Publication
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
+from padres.client.connection import Client, Delivery
+from padres.model.messages import Publication
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 from tests.support import eventually
 
 ORDERS = "[class,eq,'Order']"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from padres.broker.replay import Feed
-from padres.messages import Publication, TimeWindow, Unsubscribe
-from padres.parser import parse_advertisement, parse_composite, parse_subscription
-from padres.protocol import ReplayBatch, ReplayDone, ReplayEnd
-from padres.simulation import SimClient, Simulation
+from padres.language.parser import parse_advertisement, parse_composite, parse_subscription
+from padres.model.messages import Publication, TimeWindow, Unsubscribe
+from padres.model.protocol import ReplayBatch, ReplayDone, ReplayEnd
+from padres.runtime.simulation import SimClient, Simulation
 from rete.operators import Value
 from tests.sim_archive import SimArchive
 

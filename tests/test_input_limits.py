@@ -17,13 +17,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
-from padres.batch import BatchReader
 from padres.broker import Broker
 from padres.broker.quotas import Quotas
-from padres.client import Client
+from padres.client.connection import Client
 from padres.errors import DecodeError, InvalidMessage, PadresError, ParseError, RequestFailed
-from padres.matching import matches
-from padres.messages import (
+from padres.language.batch import BatchReader
+from padres.language.parser import (
+    parse_composite,
+    parse_message,
+    parse_publication,
+    parse_subscription,
+)
+from padres.matching.matcher import matches
+from padres.model.codec import decode
+from padres.model.messages import (
     MAX_ATTRIBUTES,
     MAX_DEPTH,
     MAX_PARTS,
@@ -38,8 +45,7 @@ from padres.messages import (
     Unsubscribe,
     check_id,
 )
-from padres.parser import parse_composite, parse_message, parse_publication, parse_subscription
-from padres.protocol import (
+from padres.model.protocol import (
     Durable,
     Error,
     Hello,
@@ -52,8 +58,7 @@ from padres.protocol import (
 )
 from padres.runtime import node as node_module
 from padres.runtime.node import BrokerNode
-from padres.runtime.processes import BrokerProcess
-from padres.wire import decode
+from padres.testing.processes import BrokerProcess
 from rete.operators import Op, Value
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

@@ -12,11 +12,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from padres.journal import DurableRecord, Journal, Tag
-from padres.messages import Publication
-from padres.parser import parse_subscription
-from padres.protocol import Outcome
-from padres.wire import encode
+from padres.broker.journal import DurableRecord, Journal, Tag
+from padres.language.parser import parse_subscription
+from padres.model.codec import encode
+from padres.model.messages import Publication
+from padres.model.protocol import Outcome
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Queued = tuple[int, str, Tag | None, int]

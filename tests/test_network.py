@@ -14,13 +14,13 @@ import pytest
 from websockets.asyncio.client import connect
 
 from padres.bench.network import settled
-from padres.client import Client, ClientState, Delivery
+from padres.client.connection import Client, ClientState, Delivery
 from padres.errors import ConnectError, ConnectionLost, RequestFailed
-from padres.matching import matches
-from padres.messages import Publication
-from padres.parser import parse_filter, parse_publication
-from padres.protocol import MAX_FRAME_BYTES, Notify
-from padres.runtime.processes import BrokerProcess, free_ports
+from padres.language.parser import parse_filter, parse_publication
+from padres.matching.matcher import matches
+from padres.model.messages import Publication
+from padres.model.protocol import MAX_FRAME_BYTES, Notify
+from padres.testing.processes import BrokerProcess, free_ports
 from tests.support import eventually, health
 
 

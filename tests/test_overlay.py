@@ -6,15 +6,15 @@ import pytest
 
 from padres.bench import overlay
 from padres.broker import Broker, Covering
-from padres.messages import Publication, Unadvertise, Unsubscribe
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_publication,
     parse_subscription,
 )
-from padres.protocol import Error, Hello, Notify, Ok, Query, QueryResult, Role, RouteSubscribe
-from padres.simulation import SimClient, Simulation
+from padres.model.messages import Publication, Unadvertise, Unsubscribe
+from padres.model.protocol import Error, Hello, Notify, Ok, Query, QueryResult, Role, RouteSubscribe
+from padres.runtime.simulation import SimClient, Simulation
 
 
 def _star(covering: Covering = Covering.LAZY, *, extra: bool = True, seed: int = 1) -> Simulation:

@@ -18,12 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padres.batch import BatchReader, parse_batch
 from padres.cli.run import read_topology
 from padres.errors import CommandError, ParseError
-from padres.matching import conforms, matches
-from padres.messages import Advertisement, Filter, Message, Predicate, Publication
-from padres.parser import (
+from padres.language.batch import BatchReader, parse_batch
+from padres.language.parser import (
     java_time,
     parse_advertisement,
     parse_composite,
@@ -31,10 +29,12 @@ from padres.parser import (
     parse_publication,
     parse_subscription,
 )
-from padres.printer import format_message
-from padres.protocol import CompositeNotify, Notify
-from padres.relations import overlaps, satisfiable
-from padres.simulation import SimClient, Simulation
+from padres.matching.matcher import conforms, matches
+from padres.matching.relations import overlaps, satisfiable
+from padres.model.messages import Advertisement, Filter, Message, Predicate, Publication
+from padres.model.printer import format_message
+from padres.model.protocol import CompositeNotify, Notify
+from padres.runtime.simulation import SimClient, Simulation
 from rete.limits import CompositeLimits
 from rete.operators import STRING, Op, Value, evaluate
 from tests.strategies import scaled
@@ -258,7 +258,7 @@ def _params() -> Iterator[object]:
         for layout in LAYOUTS:
             marks = []
             if case.leaves_attributes_out() and not partial_ok:
-                reason = "the broker checks conformity with padres.matching.matches, not conforms"
+                reason = "the broker checks conformity with matches, not conforms"
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
             yield pytest.param(case, layout, id=f"{case.name}-{layout}", marks=marks)
 

@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padres.errors import ParseError
-from padres.messages import AllOf, AnyOf, CompositeSubscription, Filter, Publication, VarType
-from padres.parser import (
+from padres.language.parser import (
     _fast_attributes,
     _Parser,
     message_kind,
@@ -19,8 +18,9 @@ from padres.parser import (
     parse_publication,
     parse_subscription,
 )
-from padres.printer import format_message
-from padres.wire import encode
+from padres.model.codec import encode
+from padres.model.messages import AllOf, AnyOf, CompositeSubscription, Filter, Publication, VarType
+from padres.model.printer import format_message
 from rete.operators import Op
 from tests.strategies import NOW, composites, publications, subscriptions
 
@@ -231,7 +231,7 @@ def test_publication_round_trip(p: Publication) -> None:
 
 @given(subscriptions())
 def test_subscription_round_trip(s: object) -> None:
-    from padres.messages import Subscription
+    from padres.model.messages import Subscription
 
     assert isinstance(s, Subscription)
     again = parse_subscription(format_message(s), id=s.id)

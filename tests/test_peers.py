@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
-from historic.bench import publications, selection
-from padres.bench import network, peers
+from historic.bench import peers
+from historic.bench.history import publications, selection
+from padres.bench import network
 from padres.bench.workloads import stock_publications, stock_subscriptions
-from padres.datasets import SAMPLE
-from padres.matching import matches
+from padres.language.datasets import SAMPLE
+from padres.matching.matcher import matches
 
 pytestmark = pytest.mark.skipif(peers.nats_missing() is not None, reason=str(peers.nats_missing()))
 

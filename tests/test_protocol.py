@@ -9,14 +9,15 @@ import orjson
 import pytest
 
 from padres.errors import DecodeError
-from padres.messages import Unadvertise, Unsubscribe
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_publication,
     parse_subscription,
 )
-from padres.protocol import (
+from padres.model.classes import Schema, parse_attributes
+from padres.model.messages import Unadvertise, Unsubscribe
+from padres.model.protocol import (
     MAX_FRAME_BYTES,
     Ack,
     CompositeNotify,
@@ -68,7 +69,6 @@ from padres.protocol import (
     encode_frame,
     websocket_url,
 )
-from padres.schema import Schema, parse_attributes
 
 _PUB = parse_publication(
     "[class,'Order'],[price,120],[item,'shoes']",

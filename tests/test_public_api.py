@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import historic
+import historic.errors
 import padres
 import padres.errors
 
@@ -43,4 +45,10 @@ def test_every_error_is_one_tree_and_exported() -> None:
         assert issubclass(error, padres.PadresError), error
         assert error.__name__ in padres.__all__, error
     assert issubclass(padres.ConnectError, padres.ConnectionLost)
-    assert issubclass(padres.StoreUnavailable, padres.StorageError)
+
+
+def test_historic_errors_extend_the_one_tree() -> None:
+    for name in historic.errors.__all__:
+        error = getattr(historic, name)
+        assert issubclass(error, padres.StorageError), error
+    assert issubclass(historic.StoreUnavailable, historic.StoreError)

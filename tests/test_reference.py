@@ -8,10 +8,10 @@ from itertools import count
 import pytest
 
 from padres.errors import DuplicateId, UnknownId
-from padres.matching import MatchResult
-from padres.messages import Publication
-from padres.parser import parse_composite, parse_publication, parse_subscription
-from padres.reference import ReferenceMatcher
+from padres.language.parser import parse_composite, parse_publication, parse_subscription
+from padres.matching.matcher import MatchResult
+from padres.matching.reference import ReferenceMatcher
+from padres.model.messages import Publication
 from rete.limits import CompositeLimits, Policy
 from tests.strategies import NOW
 

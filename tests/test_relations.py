@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from padres.messages import Filter, Predicate
-from padres.parser import parse_filter
-from padres.relations import covers, overlaps
+from padres.language.parser import parse_filter
+from padres.matching.relations import covers, overlaps
+from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, Value, evaluate
 from tests.strategies import scaled
 

@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from padres.experta_engine import ExpertaMatcher
-from padres.matching import Matcher, MatchResult
-from padres.messages import (
+from padres.matching.experta_matcher import ExpertaMatcher
+from padres.matching.matcher import Matcher, MatchResult
+from padres.matching.reference import ReferenceMatcher
+from padres.matching.rete_matcher import ReteMatcher
+from padres.model.messages import (
     AllOf,
     AnyOf,
     CompositeSubscription,
@@ -25,8 +27,6 @@ from padres.messages import (
     Variable,
     VarType,
 )
-from padres.reference import ReferenceMatcher
-from padres.rete_engine import ReteMatcher
 from rete import Network, Op, Test, Value
 from rete.limits import CompositeLimits, Policy
 from rete.operators import NUMERIC, STRING
@@ -321,7 +321,7 @@ def test_identical_composites_share_a_join_but_keep_their_own_horizon() -> None:
         assert_same(reference.match(pub), rete.match(pub))
 
     def add(sid: str) -> None:
-        from padres.parser import parse_composite
+        from padres.language.parser import parse_composite
 
         sub = parse_composite(text, id=sid)
         reference.add(sub)
@@ -400,8 +400,8 @@ def test_conditions_on_hundreds_of_attributes_match_exactly() -> None:
 
 
 def test_match_part_feeds_one_part_only_even_where_parts_are_identical() -> None:
-    from padres.parser import parse_composite
-    from padres.rete_engine import to_composite
+    from padres.language.parser import parse_composite
+    from padres.matching.rete_matcher import to_composite
 
     sub = parse_composite("{[class,eq,'A'],[k,eq,$K]} & {[class,eq,'A'],[k,eq,$K]}", id="c")
     net = Network(share=False)

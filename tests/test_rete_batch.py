@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rete.cluster
-from padres.messages import CompositeSubscription, Filter, Publication, Subscription
-from padres.reference import ReferenceMatcher
-from padres.rete_engine import ReteMatcher
+from padres.matching.reference import ReferenceMatcher
+from padres.matching.rete_matcher import ReteMatcher
+from padres.model.messages import CompositeSubscription, Filter, Publication, Subscription
 from rete import Network, Op, Test, Value
 from rete.bitset import WORD_DTYPE, pairs, positions
 from rete.limits import CompositeLimits, Policy

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padres.broker import Broker
+from padres.broker.journal import Journal
 from padres.broker.quotas import Quotas
-from padres.client import Client, ClientState
+from padres.client.connection import Client, ClientState
 from padres.errors import (
     InvalidMessage,
     JournalError,
@@ -25,16 +26,26 @@ from padres.errors import (
     SchemaConflict,
     SchemaViolation,
 )
-from padres.journal import Journal
-from padres.messages import Filter, Predicate, Publication, Variable
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_filter,
     parse_publication,
     parse_subscription,
 )
-from padres.protocol import (
+from padres.model.classes import (
+    AttributeSpec,
+    AttributeType,
+    Schema,
+    check_filter,
+    check_publication,
+    format_attributes,
+    merge,
+    parse_attributes,
+    widen,
+)
+from padres.model.messages import Filter, Predicate, Publication, Variable
+from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
     Durable,
@@ -51,19 +62,8 @@ from padres.protocol import (
     decode_frame,
     encode_frame,
 )
-from padres.runtime.processes import BrokerProcess
-from padres.schema import (
-    AttributeSpec,
-    AttributeType,
-    Schema,
-    check_filter,
-    check_publication,
-    format_attributes,
-    merge,
-    parse_attributes,
-    widen,
-)
-from padres.simulation import SimClient, Simulation
+from padres.runtime.simulation import SimClient, Simulation
+from padres.testing.processes import BrokerProcess
 from rete.operators import Op, Value, evaluate
 from tests import strategies
 from tests.strategies import NOW
@@ -797,7 +797,7 @@ def test_a_subscription_a_schema_refuses_after_a_reconnect_ends_and_the_rest_goe
             assert isinstance(note, Notify) and note.publication.attributes["x"] == 1
             assert sorted(viewer._made) == [("a", "a1"), ("s", kept.id)]
 
-    caplog.set_level(logging.WARNING, logger="padres.client")
+    caplog.set_level(logging.WARNING, logger="padres.client.connection")
     asyncio.run(run())
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("subscription s1 not made again" in text for text in warned)

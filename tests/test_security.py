@@ -21,20 +21,20 @@ from argon2 import PasswordHasher
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padres.accounts import Accounts, Credentials, Grants, database_grants, parse_age
 from padres.broker import Broker
-from padres.client import Client
+from padres.client.connection import Client
 from padres.errors import AccountsError, AuthenticationError, RequestFailed
-from padres.matching import matches
-from padres.messages import Advertisement, Publication, TimeWindow, Unsubscribe
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_filter,
     parse_publication,
     parse_subscription,
 )
-from padres.protocol import (
+from padres.matching.matcher import matches
+from padres.model.classes import parse_attributes
+from padres.model.messages import Advertisement, Publication, TimeWindow, Unsubscribe
+from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
     Durable,
@@ -59,9 +59,9 @@ from padres.protocol import (
     Welcome,
 )
 from padres.runtime.node import BrokerNode
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
-from padres.schema import parse_attributes
-from padres.simulation import SimClient, Simulation
+from padres.runtime.simulation import SimClient, Simulation
+from padres.security.accounts import Accounts, Credentials, Grants, database_grants, parse_age
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 from rete.operators import Value
 from tests.sim_archive import SimArchive
 from tests.strategies import scaled

@@ -5,15 +5,15 @@ from __future__ import annotations
 import itertools
 
 from padres.broker import Covering
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_filter,
     parse_publication,
     parse_subscription,
 )
-from padres.protocol import RouteAdvertise, RouteSubscribe
-from padres.relations import covers
-from padres.simulation import SimClient, Simulation
+from padres.matching.relations import covers
+from padres.model.protocol import RouteAdvertise, RouteSubscribe
+from padres.runtime.simulation import SimClient, Simulation
 
 
 def _chain(*names: str, covering: Covering = Covering.LAZY, seed: int = 0) -> Simulation:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from padres.bench.workloads import stock_subscriptions
-from padres.datasets import find_stockquotes
-from padres.messages import Publication, Subscription
-from padres.parser import parse_publication, parse_subscription
-from padres.printer import format_message
-from padres.rete_engine import ReteMatcher
-from padres.wire import decode, encode
+from padres.language.datasets import find_stockquotes
+from padres.language.parser import parse_publication, parse_subscription
+from padres.matching.rete_matcher import ReteMatcher
+from padres.model.codec import decode, encode
+from padres.model.messages import Publication, Subscription
+from padres.model.printer import format_message
 from tests.stock_reference import reference_matches
 from tests.strategies import NOW
 

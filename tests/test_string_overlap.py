@@ -16,9 +16,9 @@ from functools import cache
 
 import pytest
 
-from padres.messages import Filter, Predicate
-from padres.parser import parse_filter
-from padres.relations import overlaps
+from padres.language.parser import parse_filter
+from padres.matching.relations import overlaps
+from padres.model.messages import Filter, Predicate
 from rete.operators import Op, evaluate
 
 OPERATORS = (

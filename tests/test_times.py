@@ -7,15 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from padres.errors import DecodeError, ParseError
-from padres.messages import TimeWindow
-from padres.parser import (
+from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_publication,
     parse_subscription,
 )
-from padres.printer import format_filter
-from padres.wire import from_dict, to_dict
+from padres.model.codec import from_dict, to_dict
+from padres.model.messages import TimeWindow
+from padres.model.printer import format_filter
 
 T = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 US = timedelta(microseconds=1)

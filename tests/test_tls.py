@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from padres.client import Client, Delivery
+from padres.client.connection import Client, Delivery
 from padres.errors import ConnectError, TLSError
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess
-from padres.tls import ServerTLS, client_context
+from padres.model.protocol import Notify
+from padres.security.tls import ServerTLS, client_context
+from padres.testing.processes import BrokerProcess
 from tests.support import eventually
 
 pytestmark = pytest.mark.skipif(

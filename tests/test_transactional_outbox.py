@@ -17,11 +17,12 @@ import pytest
 import sqlalchemy
 from sqlalchemy.orm import Session
 
-from historic.transactional import OutboxRelay, TransactionalOutbox
-from padres.client import Client, Delivery
-from padres.errors import OutboxError, RequestFailed
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess
+from historic.errors import OutboxError
+from historic.outbox import OutboxRelay, TransactionalOutbox
+from padres.client.connection import Client, Delivery
+from padres.errors import RequestFailed
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess
 from tests.outbox_app import ADVERTISEMENT, app, orders
 from tests.postgres import database_url, drop_schema
 from tests.support import eventually

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from padres.client import BlockingClient, Client, ClientState, Delivery
+from padres.client.connection import BlockingClient, Client, ClientState, Delivery
+from padres.client.transaction import TransactionState
 from padres.errors import (
     TransactionAborted,
     TransactionClosed,
     TransactionError,
     TransactionLimit,
 )
-from padres.protocol import Notify, TxNotify, Visibility
-from padres.runtime.processes import BrokerProcess, free_ports
-from padres.transaction import TransactionState
+from padres.model.protocol import Notify, TxNotify, Visibility
+from padres.testing.processes import BrokerProcess, free_ports
 from tests.support import eventually, wait_linked
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,7 +291,7 @@ async def test_padres_pub_commits_a_transaction(overlay: dict[str, BrokerProcess
 
 _DOOMED = """
 import asyncio, sys
-from padres.client import Client
+from padres.client.connection import Client
 
 async def main() -> None:
     async with Client(sys.argv[1], "doomed") as client:

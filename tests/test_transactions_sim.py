@@ -12,13 +12,14 @@ import pytest
 from argon2 import PasswordHasher
 from msgspec.structs import replace
 
-from padres.accounts import Accounts, Credentials
 from padres.broker import Broker, Covering
+from padres.broker.journal import Journal
 from padres.broker.transactions import TxLimits
-from padres.journal import Journal
-from padres.messages import Publication, Unadvertise, Unsubscribe
-from padres.parser import parse_advertisement, parse_composite, parse_subscription
-from padres.protocol import (
+from padres.language.parser import parse_advertisement, parse_composite, parse_subscription
+from padres.model.classes import parse_attributes
+from padres.model.codec import encode
+from padres.model.messages import Publication, Unadvertise, Unsubscribe
+from padres.model.protocol import (
     Ack,
     DeclareSchema,
     Durable,
@@ -35,9 +36,8 @@ from padres.protocol import (
     TxPublish,
     Visibility,
 )
-from padres.schema import parse_attributes
-from padres.simulation import SimClient, Simulation
-from padres.wire import encode
+from padres.runtime.simulation import SimClient, Simulation
+from padres.security.accounts import Accounts, Credentials
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TRIANGLE = ["AB", "BC", "CA"]

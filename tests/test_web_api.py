@@ -19,7 +19,7 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 ORDERS = "[class,eq,'Order']"
 PROBLEM = "application/problem+json"
@@ -360,8 +360,8 @@ def test_a_databases_ingest_counts_its_deliveries_only() -> None:
     from types import SimpleNamespace
 
     from padres.broker import Out
-    from padres.messages import Advertisement, Filter, Predicate, Publication
-    from padres.protocol import Notify, ReplayOffer, RoutePublish
+    from padres.model.messages import Advertisement, Filter, Predicate, Publication
+    from padres.model.protocol import Notify, ReplayOffer, RoutePublish
     from rete.operators import Op
     from web.metrics import Metrics
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "127.0.0.1:8001"

@@ -209,8 +209,8 @@ def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
 ) -> None:
     """With accounts, the page given an administrator's token in its address draws the
     overlay and reads the routing tables of another broker (another origin) with it."""
-    from padres.accounts import Accounts, Role
-    from padres.runtime.processes import BrokerProcess
+    from padres.security.accounts import Accounts, Role
+    from padres.testing.processes import BrokerProcess
 
     accounts = Accounts(tmp_path / "accounts.toml", create=True)
     for name in ("S1", "S2"):

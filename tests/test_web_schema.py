@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
-from padres.runtime.processes import BrokerProcess
+from padres.testing.processes import BrokerProcess
 
 EXAMPLES: Final = 10
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from padres.accounts import Accounts
-from padres.runtime.processes import BrokerProcess
+from padres.security.accounts import Accounts
+from padres.testing.processes import BrokerProcess
 
 EU = "[class,eq,'Order'],[region,eq,'EU']"
 US = "[class,eq,'Order'],[region,eq,'US']"

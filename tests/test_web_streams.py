@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from padres.protocol import Envelope, Error
+from padres.model.protocol import Envelope, Error
 from web import subscribing
 
 pytestmark = pytest.mark.anyio

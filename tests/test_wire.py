@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padres.errors import DecodeError
-from padres.messages import (
+from padres.language.parser import parse_advertisement, parse_composite
+from padres.model.codec import decode, encode, to_dict
+from padres.model.messages import (
     CompositeSubscription,
     Message,
     Publication,
@@ -19,9 +21,7 @@ from padres.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from padres.parser import parse_advertisement, parse_composite
-from padres.protocol import Rejected, decode_frame
-from padres.wire import decode, encode, to_dict
+from padres.model.protocol import Rejected, decode_frame
 from tests.strategies import composites, publications, subscriptions
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
@@ -32,7 +32,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 def install(node: BrokerNode) -> None:
     """Mount the API, the monitor page and the metrics on ``node``'s app."""
-    app = node.app
+    # The docs are served below from this package's own files (no CDN).
+    app = FastAPI(title=f"padres broker {node.broker.id}", docs_url=None, redoc_url=None)
+    node.mount(app)
     clients = Clients(node)
     metrics = Metrics(node, private=PRIVATE)
     tracer = Tracer(metrics, private=PRIVATE)

@@ -21,9 +21,9 @@ from typing import Final
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from padres.accounts import Account
 from padres.errors import AuthenticationError
 from padres.runtime.node import BrokerNode
+from padres.security.accounts import Account
 from web.problems import Problem
 
 __all__ = ["CHALLENGE", "Authenticator", "Caller"]

@@ -9,10 +9,10 @@ from typing import Any, Final, Literal
 
 from fastapi import APIRouter, Query
 
-from padres.messages import Publication, Subscription
-from padres.parser import parse_filter
-from padres.printer import format_filter
-from padres.protocol import Notify
+from padres.language.parser import parse_filter
+from padres.model.messages import Publication, Subscription
+from padres.model.printer import format_filter
+from padres.model.protocol import Notify
 from web.bodies import StoreBody
 from web.clients import Clients, ask, open_session
 from web.inputs import advertisement_from, filter_from

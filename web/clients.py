@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from padres.errors import InvalidMessage, SchemaViolation
-from padres.matching import matches
-from padres.messages import (
+from padres.matching.matcher import matches
+from padres.model.classes import SCHEMA_CLASS, check_publication
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Publication,
@@ -34,9 +35,8 @@ from padres.messages import (
     Unsubscribe,
     check_id,
 )
-from padres.protocol import Ack, Durable, Envelope, Guaranteed, Notify, Ok
+from padres.model.protocol import Ack, Durable, Envelope, Guaranteed, Notify, Ok
 from padres.runtime.node import BrokerNode
-from padres.schema import SCHEMA_CLASS, check_publication
 from web.auth import Caller
 from web.problems import Problem
 from web.session import LocalSession, Refused, SessionClosed

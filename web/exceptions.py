@@ -10,8 +10,8 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from padres.protocol import MAX_ENTRIES_NAMED, ExceptionAction, ExceptionReport, Exceptions
-from padres.wire import to_dict
+from padres.model.codec import to_dict
+from padres.model.protocol import MAX_ENTRIES_NAMED, ExceptionAction, ExceptionReport, Exceptions
 from web.clients import Clients
 from web.problems import Problem
 from web.session import Refused, SessionClosed

@@ -21,10 +21,10 @@ import orjson
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from padres.messages import Filter, Subscription
-from padres.printer import format_filter
-from padres.protocol import CompositeNotify, Envelope, Error, Notify, ReplayDone
-from padres.wire import to_dict
+from padres.model.codec import to_dict
+from padres.model.messages import Filter, Subscription
+from padres.model.printer import format_filter
+from padres.model.protocol import CompositeNotify, Envelope, Error, Notify, ReplayDone
 from web.auth import Authenticator, Caller
 from web.clients import Clients
 from web.inputs import window_filter

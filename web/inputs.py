@@ -13,16 +13,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from padres.errors import InvalidMessage, ParseError
-from padres.messages import (
+from padres.language.parser import parse_composite, parse_filter, parse_publication
+from padres.model.codec import VERSION, from_dict
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
     Publication,
     Subscription,
 )
-from padres.parser import parse_composite, parse_filter, parse_publication
-from padres.times import narrow, parse_time
-from padres.wire import VERSION, from_dict
+from padres.model.times import narrow, parse_time
 from rete.operators import Op, Value
 from web.problems import bad_input, located
 

@@ -29,8 +29,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from padres.messages import CompositeSubscription, Publication, Subscription
-from padres.protocol import (
+from padres.model.messages import CompositeSubscription, Publication, Subscription
+from padres.model.protocol import (
     CompositeNotify,
     Envelope,
     Guaranteed,

@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import orjson
 
-from padres.messages import Publication, Subscription, Unadvertise
-from padres.parser import parse_advertisement, parse_filter
-from padres.protocol import Notify, RouteAdvertise
+from padres.language.parser import parse_advertisement, parse_filter
+from padres.model.messages import Publication, Subscription, Unadvertise
+from padres.model.protocol import Notify, RouteAdvertise
 from padres.runtime.node import Handled
 from web.broker import databases
 from web.clients import Clients

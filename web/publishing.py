@@ -7,8 +7,8 @@ from typing import Any, Final
 from fastapi import APIRouter, Depends, Query, Request
 
 from padres.errors import DecodeError
-from padres.printer import format_filter
-from padres.wire import loads
+from padres.model.codec import loads
+from padres.model.printer import format_filter
 from web.auth import Authenticator, Caller
 from web.bodies import AdvertisementBody
 from web.clients import Clients

@@ -16,8 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final
 
-from padres.accounts import Account
-from padres.protocol import (
+from padres.model.protocol import (
     Envelope,
     Error,
     ExceptionReport,
@@ -31,6 +30,7 @@ from padres.protocol import (
     decode_frame,
 )
 from padres.runtime.node import BrokerNode
+from padres.security.accounts import Account
 
 __all__ = ["REPLY_TIMEOUT", "LocalSession", "Refused", "SessionClosed"]
 

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Depends, Header, Query, WebSocket, WebSocketDisco
 from fastapi.responses import StreamingResponse
 
 from padres.errors import InvalidMessage
-from padres.messages import Subscription, check_id
-from padres.printer import format_filter, format_message
-from padres.protocol import Envelope, Error, Notify, envelope_to_dict
+from padres.model.messages import Subscription, check_id
+from padres.model.printer import format_filter, format_message
+from padres.model.protocol import Envelope, Error, Notify, envelope_to_dict
 from web.auth import Authenticator, Caller
 from web.bodies import SubscriptionBody
 from web.clients import Clients, RestSubscription

@@ -29,11 +29,11 @@ import orjson
 from fastapi import APIRouter
 
 from padres.broker import Out
-from padres.matching import matches
-from padres.messages import Filter, Publication
-from padres.parser import parse_filter
-from padres.printer import format_filter
-from padres.protocol import CompositeNotify, Notify, RoutePublish
+from padres.language.parser import parse_filter
+from padres.matching.matcher import matches
+from padres.model.messages import Filter, Publication
+from padres.model.printer import format_filter
+from padres.model.protocol import CompositeNotify, Notify, RoutePublish
 from padres.runtime.node import Handled
 from web.bodies import TraceBody
 from web.clients import Clients

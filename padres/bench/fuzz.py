@@ -33,9 +33,9 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from padres.client import Client, Delivery
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess
+from padres.client.connection import Client, Delivery
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess
 
 __all__ = ["MAX_ERROR_TEXT", "frames", "report", "run"]
 

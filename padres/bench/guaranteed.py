@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from padres.bench import machine
-from padres.client import Client, Delivery
-from padres.journal import Sync
-from padres.messages import Publication
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess, free_ports
+from padres.broker.journal import Sync
+from padres.client.connection import Client, Delivery
+from padres.model.messages import Publication
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess, free_ports
 
 __all__ = ["report", "run"]
 

@@ -31,10 +31,10 @@ from padres.bench.workloads import (
     stock_publications,
     stock_subscriptions,
 )
-from padres.experta_engine import ExpertaMatcher
-from padres.messages import CompositeSubscription, Publication
-from padres.reference import ReferenceMatcher
-from padres.rete_engine import ReteMatcher, to_composite, to_conjunction
+from padres.matching.experta_matcher import ExpertaMatcher
+from padres.matching.reference import ReferenceMatcher
+from padres.matching.rete_matcher import ReteMatcher, to_composite, to_conjunction
+from padres.model.messages import CompositeSubscription, Publication
 from padres.runtime import collector
 from rete import Activation, Composite, CompositeLimits, Conjunction, Network, Result
 from rete.conditions import Test

@@ -28,11 +28,11 @@ from msgspec.structs import replace
 
 from padres.bench import machine
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
-from padres.client import Client, Delivery
-from padres.messages import Publication, Subscription
-from padres.protocol import Error, Notify
-from padres.rete_engine import ReteMatcher
-from padres.runtime.processes import BrokerProcess
+from padres.client.connection import Client, Delivery
+from padres.matching.rete_matcher import ReteMatcher
+from padres.model.messages import Publication, Subscription
+from padres.model.protocol import Error, Notify
+from padres.testing.processes import BrokerProcess
 
 __all__ = ["Counter", "Work", "measure", "report", "run", "settled"]
 

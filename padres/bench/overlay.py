@@ -30,8 +30,9 @@ from typing import Any
 
 from padres.bench import machine
 from padres.broker import Covering, routing_filter
-from padres.matching import CompositeMatch, filter_bindings, matches
-from padres.messages import (
+from padres.matching.matcher import CompositeMatch, filter_bindings, matches
+from padres.matching.reference import ReferenceMatcher
+from padres.model.messages import (
     Advertisement,
     AllOf,
     CompositeSubscription,
@@ -43,8 +44,7 @@ from padres.messages import (
     Unsubscribe,
     Variable,
 )
-from padres.reference import ReferenceMatcher
-from padres.simulation import SimClient, Simulation
+from padres.runtime.simulation import SimClient, Simulation
 from rete.operators import Op
 
 __all__ = ["report", "run"]

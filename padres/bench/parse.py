@@ -13,11 +13,11 @@ from typing import Any, Final
 import orjson
 
 from padres.bench import machine, median_seconds
-from padres.datasets import stockquote_files
-from padres.messages import Publication
-from padres.parser import parse_publication
-from padres.protocol import RoutePublish, decode_frame, encode_frame
-from padres.wire import decode, encode
+from padres.language.datasets import stockquote_files
+from padres.language.parser import parse_publication
+from padres.model.codec import decode, encode
+from padres.model.messages import Publication
+from padres.model.protocol import RoutePublish, decode_frame, encode_frame
 
 FRAME: Final = 512
 """Messages in the frame timed: a batch as a broker sends it down a tree."""

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from padres.datasets import stockquote_files
-from padres.messages import CompositeSubscription, Publication, Subscription
-from padres.parser import parse_composite, parse_publication, parse_subscription
+from padres.language.datasets import stockquote_files
+from padres.language.parser import parse_composite, parse_publication, parse_subscription
+from padres.model.messages import CompositeSubscription, Publication, Subscription
 from rete import Op, Test, Value
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``Broker.handle(message, hop, now)`` returns ``[(hop, message), ...]`` to send. It opens no
 socket, starts no thread and reads no clock; the runtime (``padres.runtime``) and the in-process
-simulation (``padres.simulation``) are thin shells that carry its messages.
+simulation (``padres.runtime.simulation``) are thin shells that carry its messages.
 
 A *hop* is the runtime's name for one connection: a client or a neighbour broker. Each
 connection starts with ``Hello`` (client or broker); a broker link starts when either side calls
@@ -37,11 +37,11 @@ from typing import Final
 
 from msgspec.structs import force_setattr, replace
 
-from padres.accounts import Account, Accounts, Credentials
+from padres.broker.dead_letters import ExceptionQueues
 from padres.broker.durable import REFRESH, Durables
-from padres.broker.exception_queues import ExceptionQueues
 from padres.broker.guard import Guard, admin_refusal, reference, routing_filter
 from padres.broker.history import History, Watch, composite_network
+from padres.broker.journal import Journal, Tag
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering, Out, Routes, Sink
 from padres.broker.schemas import Declaration, Schemas
@@ -51,9 +51,10 @@ from padres.broker.transactions import Transactions, TxLimits
 from padres.broker.trees import Tree, Trees
 from padres.broker.visibility import deliveries
 from padres.errors import AuthenticationError, SchemaConflict, SchemaLimit
-from padres.journal import Journal, Tag
-from padres.matching import conforms
-from padres.messages import (
+from padres.matching.matcher import conforms
+from padres.matching.relations import covers
+from padres.matching.rete_matcher import to_composite
+from padres.model.messages import (
     MAX_ID,
     Advertisement,
     CompositeSubscription,
@@ -65,8 +66,8 @@ from padres.messages import (
     check_id,
     quote,
 )
-from padres.printer import format_filter
-from padres.protocol import (
+from padres.model.printer import format_filter
+from padres.model.protocol import (
     Ack,
     CompositeNotify,
     Durable,
@@ -105,8 +106,7 @@ from padres.protocol import (
     Visibility,
     Welcome,
 )
-from padres.relations import covers
-from padres.rete_engine import to_composite
+from padres.security.accounts import Account, Accounts, Credentials
 from rete import CompositeLimits, Network
 
 __all__ = ["COVER_SCAN", "Broker", "Covering", "Out"]

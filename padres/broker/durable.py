@@ -45,14 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from padres.broker.journal import DurableRecord, Journal, Tag
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.settle import Settling
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
-from padres.journal import DurableRecord, Journal, Tag
-from padres.matching import matches
-from padres.messages import Publication, Subscription
-from padres.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
+from padres.matching.matcher import matches
+from padres.model.messages import Publication, Subscription
+from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
 
 __all__ = [
     "MAX_QUEUED",

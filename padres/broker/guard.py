@@ -14,10 +14,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Final
 
-from padres.accounts import CONTROL_CLASS, Account, Accounts, Grants, format_age
 from padres.errors import AuthenticationError
-from padres.matching import matches
-from padres.messages import (
+from padres.matching.matcher import matches
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
@@ -25,8 +24,8 @@ from padres.messages import (
     Publication,
     Subscription,
 )
-from padres.printer import format_filter, format_message
-from padres.protocol import (
+from padres.model.printer import format_filter, format_message
+from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
     Durable,
@@ -41,6 +40,7 @@ from padres.protocol import (
     Subscribe,
     TxPublish,
 )
+from padres.security.accounts import CONTROL_CLASS, Account, Accounts, Grants, format_age
 from rete.operators import Op
 
 __all__ = ["CLOCK_SKEW", "Guard", "Reach", "admin_refusal", "reference", "routing_filter"]

@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from padres.broker.replay import Feed
 from padres.broker.routes import Out
 from padres.broker.trees import Trees
-from padres.messages import CompositeSubscription, Filter, Publication, Subscription
-from padres.protocol import (
+from padres.matching.rete_matcher import to_composite
+from padres.model.messages import CompositeSubscription, Filter, Publication, Subscription
+from padres.model.protocol import (
     CompositeNotify,
     Notify,
     ReplayBatch,
@@ -33,7 +34,6 @@ from padres.protocol import (
     ReplayEnd,
     ReplayRequest,
 )
-from padres.rete_engine import to_composite
 from rete import CompositeLimits, Network
 
 __all__ = ["History", "Watch"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from padres.broker.session import Session
-from padres.messages import Advertisement, CompositeSubscription, Subscription
-from padres.protocol import Durable, Envelope, Error, Subscribe
+from padres.model.messages import Advertisement, CompositeSubscription, Subscription
+from padres.model.protocol import Durable, Envelope, Error, Subscribe
 
 __all__ = ["Quotas"]
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Final
 
-from padres.messages import Publication, TimeWindow
+from padres.model.messages import Publication, TimeWindow
 
 __all__ = ["SEAM", "Feed"]
 

@@ -29,10 +29,10 @@ from itertools import combinations, islice
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 from padres.broker.trees import Trees
-from padres.messages import Filter, Predicate, Publication, Subscription
-from padres.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
-from padres.relations import covers, overlaps
-from padres.rete_engine import to_conjunction
+from padres.matching.relations import covers, overlaps
+from padres.matching.rete_matcher import to_conjunction
+from padres.model.messages import Filter, Predicate, Publication, Subscription
+from padres.model.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
 from rete import Activation, Network
 from rete.operators import Op
 

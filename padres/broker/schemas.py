@@ -30,13 +30,23 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from padres.broker.guard import reference
+from padres.broker.journal import Journal
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Out
 from padres.broker.settle import Settling
 from padres.errors import InvalidMessage, SchemaLimit
-from padres.journal import Journal
-from padres.messages import Advertisement, CompositeSubscription, Publication, Subscription
-from padres.protocol import (
+from padres.model.classes import (
+    SCHEMA_CLASS,
+    Attributes,
+    Schema,
+    check_filter,
+    check_publication,
+    declared_by,
+    merge,
+    widen,
+)
+from padres.model.messages import Advertisement, CompositeSubscription, Publication, Subscription
+from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
     Durable,
@@ -47,16 +57,6 @@ from padres.protocol import (
     RouteSchema,
     Subscribe,
     TxPublish,
-)
-from padres.schema import (
-    SCHEMA_CLASS,
-    Attributes,
-    Schema,
-    check_filter,
-    check_publication,
-    declared_by,
-    merge,
-    widen,
 )
 
 __all__ = ["Declaration", "Schemas"]
@@ -215,7 +215,7 @@ class Schemas:
 
     def _settle(self, held: Schema, incoming: Schema) -> Schema | None:
         """What replaces ``held`` when ``incoming`` arrives, or None. Versions declared apart
-        (across a partition) merge (``padres.schema.merge``), so that no attribute in force
+        (across a partition) merge (``padres.model.classes.merge``), so that no attribute in force
         anywhere is lost: ``incoming`` if it holds all ``held`` does, or if both have the same
         attributes and it supersedes ``held``; else the merge of both, one version above
         both. Every broker ends with the same schema, in whatever order the versions come."""

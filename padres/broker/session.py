@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from padres.accounts import Account
-from padres.protocol import Visibility
+from padres.model.protocol import Visibility
+from padres.security.accounts import Account
 
 __all__ = ["LocalAdvertisement", "Session"]
 

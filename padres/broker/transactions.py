@@ -39,11 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from padres.broker.journal import Journal, Tag
 from padres.broker.routes import Out
 from padres.broker.session import Session
-from padres.journal import Journal, Tag
-from padres.messages import Publication
-from padres.protocol import (
+from padres.model.codec import encode
+from padres.model.messages import Publication
+from padres.model.protocol import (
     Envelope,
     Error,
     Ok,
@@ -54,7 +55,6 @@ from padres.protocol import (
     TxEnded,
     TxPublish,
 )
-from padres.wire import encode
 
 __all__ = ["Deliver", "Transactions", "TxLimits", "Withdraw"]
 

@@ -9,7 +9,7 @@ its root, and publications down it, so a publication reaches each broker at most
 Several advertisements may share one tree (an advertisement hidden by covering at its own
 broker joins the tree of the one covering it), so a tree lives as long as any of its
 advertisements does. Overlap between a subscription and the advertisements is looked up by class
-first, then decided exactly by ``padres.relations.overlaps``.
+first, then decided exactly by ``padres.matching.relations.overlaps``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from padres.messages import Advertisement, Filter
-from padres.protocol import Span
-from padres.relations import overlaps
+from padres.matching.relations import overlaps
+from padres.model.messages import Advertisement, Filter
+from padres.model.protocol import Span
 
 __all__ = ["Tree", "Trees"]
 

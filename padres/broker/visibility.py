@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from padres.broker.journal import Tag
 from padres.broker.routes import Out
-from padres.journal import Tag
-from padres.messages import Publication
-from padres.protocol import Notify, Outcome, TxNotify, Visibility
+from padres.model.messages import Publication
+from padres.model.protocol import Notify, Outcome, TxNotify, Visibility
 
 __all__ = ["deliveries", "delivery", "visible"]
 

@@ -6,13 +6,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from padres.cli import (
-    archive,
     bench,
     broker,
     client,
-    db,
     exceptions,
     match,
     parse,
@@ -38,11 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     client.register(commands)
     exceptions.register(commands)
     schema.register(commands)
-    db.register(commands)
-    archive.register(commands)
     bench.register(commands)
     run.register(commands)
     user.register(commands)
+    for plugin in entry_points(group="padres.commands"):  # db, archive: from historic and spark
+        plugin.load()(commands)
     return parser
 
 

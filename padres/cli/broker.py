@@ -10,17 +10,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from padres.accounts import Accounts, Credentials
 from padres.broker import Broker, Covering
+from padres.broker.journal import Journal, Sync
 from padres.broker.quotas import Quotas
 from padres.broker.transactions import TxLimits
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.logs import setup_logging
 from padres.errors import CommandError, JournalError
-from padres.journal import Journal, Sync
 from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
-from padres.tls import ServerTLS
+from padres.security.accounts import Accounts, Credentials
+from padres.security.tls import ServerTLS
 from rete.limits import CompositeLimits
 
 MIB = 1 << 20

@@ -12,10 +12,9 @@ from typing import Any, Final
 import orjson
 from msgspec.structs import replace
 
-from padres.batch import BatchReader
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.inputs import read_lines
-from padres.client import Client, Delivery
+from padres.client.connection import Client, Delivery
 from padres.errors import (
     AuthenticationError,
     CommandError,
@@ -23,7 +22,8 @@ from padres.errors import (
     ParseError,
     RequestFailed,
 )
-from padres.messages import (
+from padres.language.batch import BatchReader
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
@@ -33,8 +33,8 @@ from padres.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from padres.printer import format_filter, format_message
-from padres.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
+from padres.model.printer import format_filter, format_message
+from padres.model.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
 from rete.operators import Op
 
 SHELL_HELP = """commands (PADRES' own):

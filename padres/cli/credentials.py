@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from padres.accounts import Credentials
+from padres.security.accounts import Credentials
 
 __all__ = ["add_credential_options", "credentials"]
 

@@ -13,8 +13,8 @@ import orjson
 
 from padres.cli.client import _connect, _connection_options
 from padres.errors import CommandError, ConnectionLost, RequestFailed
-from padres.printer import format_message
-from padres.protocol import ExceptionEntry, ExceptionReport, envelope_to_dict
+from padres.model.printer import format_message
+from padres.model.protocol import ExceptionEntry, ExceptionReport, envelope_to_dict
 
 __all__ = ["register"]
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import orjson
 
-from padres.batch import BatchReader
 from padres.cli.inputs import expand, read_lines
-from padres.engines import ENGINES, make_engine
 from padres.errors import CommandError
-from padres.matching import CompositeMatch, MatchResult
-from padres.messages import CompositeSubscription, Publication, Subscription
-from padres.printer import format_message, format_value
+from padres.language.batch import BatchReader
+from padres.matching.engines import ENGINES, make_engine
+from padres.matching.matcher import CompositeMatch, MatchResult
+from padres.model.messages import CompositeSubscription, Publication, Subscription
+from padres.model.printer import format_message, format_value
 from rete.limits import CompositeLimits, Policy
 
 

@@ -10,10 +10,10 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
-from padres.accounts import Credentials
 from padres.cli.logs import setup_logging
-from padres.client import Client
+from padres.client.connection import Client
 from padres.errors import AuthenticationError, CommandError, ConnectionLost, RequestFailed
+from padres.security.accounts import Credentials
 
 __all__ = ["attach", "run_node", "until_stopped"]
 

@@ -7,11 +7,11 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from padres.batch import BatchReader
 from padres.cli.inputs import expand, read_lines
 from padres.errors import ParseError
-from padres.printer import format_batch_line
-from padres.wire import encode
+from padres.language.batch import BatchReader
+from padres.model.codec import encode
+from padres.model.printer import format_batch_line
 
 
 def register(commands: Any) -> None:

@@ -31,10 +31,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from padres.batch import BatchReader
-from padres.client import Client, Delivery, SubscriptionHandle
+from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.errors import CommandError, InvalidMessage, PadresError
-from padres.messages import (
+from padres.language.batch import BatchReader
+from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Message,
@@ -43,10 +43,10 @@ from padres.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from padres.printer import format_message
-from padres.protocol import Error, Notify
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
-from padres.times import parse_time
+from padres.model.printer import format_message
+from padres.model.protocol import Error, Notify
+from padres.model.times import parse_time
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 __all__ = ["Topology", "read_topology", "register"]
 

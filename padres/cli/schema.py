@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from padres.cli.client import _connect, _connection_options
-from padres.client import Client
+from padres.client.connection import Client
 from padres.errors import CommandError, ConnectionLost, InvalidMessage, RequestFailed
-from padres.printer import format_value
+from padres.model.printer import format_value
 
 
 def register(commands: Any) -> None:

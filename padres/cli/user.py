@@ -1,4 +1,5 @@
-"""``padres user``: manage a brokers' accounts file (``padres.accounts``, docs/security.md)."""
+"""``padres user``: manage a brokers' accounts file (``padres.security.accounts``,
+docs/security.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import os
 import sys
 from typing import Any
 
-from padres.accounts import (
+from padres.errors import CommandError
+from padres.model.printer import format_filter
+from padres.model.protocol import Role
+from padres.security.accounts import (
     CONTROL_CLASS,
     RIGHTS,
     STATUS_CLASS,
@@ -18,9 +22,6 @@ from padres.accounts import (
     format_age,
     parse_age,
 )
-from padres.errors import CommandError
-from padres.printer import format_filter
-from padres.protocol import Role
 
 __all__ = ["register"]
 

@@ -1,9 +1,11 @@
-"""A broker process: the broker core served over WebSocket (FastAPI on uvicorn), one port.
+"""A broker process: the broker core served over WebSocket (an ASGI app on uvicorn), one port.
 
 Clients and neighbour brokers connect alike, to ``ws://host:port/ws``; the first message says
-which they are (``hello``). The node dials the neighbours it is given, re-dialling a lost link
-with exponential backoff, forever. Every call into the core happens on the event loop's thread,
-one message at a time; ``Broker.tick`` is called about once a second.
+which they are (``hello``). ``/health`` answers liveness; every other path goes to the ASGI app
+an extension mounts (the web API, with ``padres[web]``), else gets 404. The node dials the
+neighbours it is given, re-dialling a lost link with exponential backoff, forever. Every call
+into the core happens on the event loop's thread, one message at a time; ``Broker.tick`` is
+called about once a second.
 
 A frame that is not JSON, too large, or holds a message that does not decode gets an ``error``
 reply naming what was wrong; the connection stays open and nothing else is affected.
@@ -33,22 +35,21 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from itertools import count
 from typing import Any, Final
 
+import msgspec
 import uvicorn
-from fastapi import FastAPI, WebSocket
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from padres.backoff import Backoff
 from padres.broker import Broker, Out
 from padres.errors import AuthenticationError, DecodeError
-from padres.protocol import (
+from padres.model.protocol import (
     MAX_FRAME_BYTES,
     MAX_FRAME_MESSAGES,
     Envelope,
@@ -60,9 +61,10 @@ from padres.protocol import (
     decode_frame,
     websocket_url,
 )
-from padres.runtime.outbox import Outbox, QueueStatistics, combined, encode
+from padres.runtime.backoff import Backoff
 from padres.runtime.rate import Rate
-from padres.tls import ServerTLS, client_context, secure
+from padres.runtime.send_queue import Outbox, QueueStatistics, combined, encode
+from padres.security.tls import ServerTLS, client_context, secure
 
 __all__ = ["EXTENSIONS", "BrokerNode", "Handled", "Limits", "Observer"]
 
@@ -91,6 +93,12 @@ Handled = tuple[Envelope, list[Out], float]
 Observer = Callable[[str, list[Handled]], None]
 """Called after the core handled some messages of one frame, with the hop they came from and
 each of them as ``Handled``, in order."""
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+"""An ASGI 3 application, as uvicorn serves it (``scope``, ``receive``, ``send``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,31 +200,50 @@ class BrokerNode:
         self.services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         """Tasks that run while the node serves (started with it, cancelled with it)."""
         self._extended = False
-        self.app = self._build_app()
+        self._mounted: ASGIApp | None = None
 
     # -- serving -----------------------------------------------------------------------------
 
-    def _build_app(self) -> FastAPI:
-        # The web extension serves /docs from its own files (no CDN).
-        app = FastAPI(title=f"padres broker {self.broker.id}", docs_url=None, redoc_url=None)
+    def mount(self, app: ASGIApp) -> None:
+        """Serve every path but ``/ws`` and ``/health`` with ``app`` (an extension's)."""
+        self._mounted = app
 
-        @app.websocket("/ws")
-        async def session(ws: WebSocket) -> None:
-            await ws.accept()
-            hop = f"h{next(self._hops)}"
-            self._open(hop, ws.send_bytes, ws.close)
-            await self._converse(hop, self._read_session(ws, hop))
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The node's ASGI app: the WebSocket endpoint, liveness, then what is mounted."""
+        path = scope.get("path")
+        if scope["type"] == "websocket" and path == "/ws":
+            await self._accept(receive, send)
+        elif scope["type"] == "http" and path == "/health":
+            await _respond(send, 200, msgspec.json.encode(self.health()))
+        elif self._mounted is not None:
+            await self._mounted(scope, receive, send)
+        elif scope["type"] == "http":
+            await _respond(send, 404, b'{"detail":"Not Found"}')
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1000, "reason": ""})
 
-        @app.get("/health")
-        async def health() -> dict[str, Any]:
-            """Liveness and the node's figures; a broker with accounts answers liveness only
-            (its id and uptime): the figures name its clients and neighbours, and the web
-            API's /api/v1/broker gives them to administrators."""
-            if self.broker.guard is not None:
-                return {"broker": self.broker.id, "uptime": round(time.time() - self.started, 3)}
-            return self.status()
+    async def _accept(self, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
 
-        return app
+        async def send_bytes(data: bytes) -> None:
+            await send({"type": "websocket.send", "bytes": data})
+
+        async def close(code: int, reason: str) -> None:
+            await send({"type": "websocket.close", "code": code, "reason": reason})
+
+        hop = f"h{next(self._hops)}"
+        self._open(hop, send_bytes, close)
+        await self._converse(hop, self._read_session(receive, hop))
+
+    def health(self) -> dict[str, Any]:
+        """Liveness and the node's figures; a broker with accounts answers liveness only (its
+        id and uptime): the figures name its clients and neighbours, and the web API's
+        /api/v1/broker gives them to administrators."""
+        if self.broker.guard is not None:
+            return {"broker": self.broker.id, "uptime": round(time.time() - self.started, 3)}
+        return self.status()
 
     def status(self) -> dict[str, Any]:
         b = self.broker
@@ -251,6 +278,7 @@ class BrokerNode:
         self._announce_security(host)
         config = uvicorn.Config(
             self.app,
+            interface="asgi3",
             log_level="warning",
             ws=_Keepalive,
             ws_max_size=4 * self.limits.frame_bytes,
@@ -394,12 +422,12 @@ class BrokerNode:
             reader.cancel()
             await self._hang_up(hop)
 
-    async def _read_session(self, ws: WebSocket, hop: str) -> None:
+    async def _read_session(self, receive: Receive, hop: str) -> None:
         """Frames of an accepted connection; a publisher's wait while the links are congested."""
         while True:
             if hop not in self._links and self.broker.publishes(hop):
                 await self._reading.wait()
-            event = await ws.receive()
+            event = await receive()
             if event["type"] == "websocket.disconnect":
                 return
             data = event.get("bytes") or event.get("text") or b""
@@ -671,6 +699,13 @@ class BrokerNode:
             if not box.put(data) and box.droppable and box.dropped == 1:
                 log.warning("%s: %s is too slow: dropping what it cannot take", self.broker.id, hop)
         self._check_flow()
+
+
+async def _respond(send: Send, status: int, body: bytes) -> None:
+    """A whole JSON response to an HTTP request."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _loopback(host: str) -> bool:

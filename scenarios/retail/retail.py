@@ -35,12 +35,12 @@ from typing import Any
 import orjson
 
 from padres import Client, Publication, ReferenceMatcher, parse_composite
-from padres.client import Delivery
-from padres.matching import matches
-from padres.parser import parse_filter
-from padres.protocol import Notify, ReplayDone
-from padres.runtime.processes import BrokerProcess, DatabaseProcess
-from padres.wire import to_dict
+from padres.client.connection import Delivery
+from padres.language.parser import parse_filter
+from padres.matching.matcher import matches
+from padres.model.codec import to_dict
+from padres.model.protocol import Notify, ReplayDone
+from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 ITEMS = ["shoes", "shirt", "hat", "bag", "watch"]
 USER_TYPES = ["general", "silver", "gold", "VIP"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from padres import Client, ReteMatcher, parse_subscription
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications
-from padres.protocol import Notify
-from padres.runtime.processes import BrokerProcess
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess
 
 SUBSCRIPTIONS = {
     "C": "[class,eq,'STOCK'],[symbol,eq,'AAPL']",

@@ -1,0 +1,146 @@
+"""``padres db``, a database-client node attached to a broker (see ``historic.node``), and the
+benchmarks of the historic path (``padres bench history|replay|peers``). Both reach the command
+line through the ``padres.commands`` and ``padres.benchmarks`` entry points."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from historic.bench import history, replay
+from padres.cli.bench import data_and_json, show
+from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.nodes import attach, run_node, until_stopped
+from padres.errors import CommandError, ParseError
+from padres.language.parser import parse_filter
+from padres.model.printer import format_filter
+from padres.runtime import collector
+
+DEFAULT_BROKER = "ws://127.0.0.1:8001"
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser("db", help="run a database node that stores what DB_CONTROL asks")
+    p.add_argument("--id", required=True, help="the database's id, as DB_CONTROL addresses it")
+    p.add_argument(
+        "--broker",
+        action="append",
+        metavar="URL",
+        help=f"broker URL, ws://host:port (default {DEFAULT_BROKER}); the node reconnects to it",
+    )
+    p.add_argument(
+        "--url", help="SQLAlchemy database URL (default: sqlite:///<id>.sqlite, a local file)"
+    )
+    p.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="store (and offer to replay) what this filter matches from the start; repeatable",
+    )
+    p.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="for a wss:// broker: PEM file of the CA certificates its certificate is checked "
+        "against (default: the system's trusted authorities)",
+    )
+    p.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_credential_options(p, "the node")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # The client's losses and reconnections matter to a database: logged even when quiet.
+    return run_node(_serve(args), quiet=args.quiet, log="padres.client.connection")
+
+
+def _broker(args: argparse.Namespace) -> str:
+    brokers = args.broker or [DEFAULT_BROKER]
+    if len(brokers) > 1:
+        raise CommandError(
+            "--broker: a database node attaches to one broker (its durable subscriptions "
+            "live there); give it once"
+        )
+    return str(brokers[0])
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from historic.node import DatabaseNode  # storage sits above the core package
+    from historic.store import Store
+
+    broker = _broker(args)
+    try:
+        specs = [format_filter(parse_filter(spec)) for spec in args.store]
+    except ParseError as exc:
+        raise CommandError(f"--store: {exc}") from None
+    async with contextlib.AsyncExitStack() as stack:
+        store = Store(args.url or f"sqlite:///{args.id}.sqlite")
+        stack.callback(store.close)
+        client = await attach(stack, broker, args.id, credentials(args), args.tls_ca)
+        node = DatabaseNode(args.id, client, store)
+        stack.push_async_callback(node.stop)
+        await node.start()
+        for spec in specs:
+            await node.store_spec(spec)
+        collector.settle()
+        print(
+            f"database {args.id} attached to {client.broker}, storing into {store.url}", flush=True
+        )
+        await until_stopped()
+    return 0
+
+
+def register_benchmarks(benches: Any) -> None:
+    h = benches.add_parser("history", help="historic store: ingest rate and a 1%% query")
+    h.add_argument("--count", type=int, default=1_000_000, help="publications to store")
+    h.add_argument("--url", help="database URL (default: a fresh SQLite file)")
+    h.add_argument(
+        "--batch",
+        type=int,
+        default=10_000,
+        help="publications per commit (a database node's commits grow from 500 to 10,000)",
+    )
+    data_and_json(h)
+    h.set_defaults(run=run_history_bench)
+    r = benches.add_parser(
+        "replay", help="historic path: a database node's ingest and a 1%% replay via a broker"
+    )
+    r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
+    r.add_argument("--rate", type=float, default=100_000, help="publishing rate cap, per second")
+    r.add_argument("--url", help="the database node's URL (default: a fresh SQLite file)")
+    data_and_json(r)
+    r.set_defaults(run=run_replay_bench)
+    e = benches.add_parser(
+        "peers", help="the live and historic workloads through NATS and JetStream, and here"
+    )
+    e.add_argument("--subs", type=int, default=10_000)
+    e.add_argument("--pubs", type=int, default=50_000, help="publications for the throughput run")
+    e.add_argument("--rate", type=float, default=5_000, help="publications per second, latency run")
+    e.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
+    e.add_argument("--count", type=int, default=1_000_000, help="publications stored, history")
+    e.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
+    data_and_json(e)
+    e.set_defaults(run=run_peers_bench)
+
+
+def run_history_bench(args: argparse.Namespace) -> int:
+    result = history.run(args.count, args.url, args.data, args.batch)
+    show(args, result, history.report)
+    return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def run_replay_bench(args: argparse.Namespace) -> int:
+    result = replay.run(args.count, args.rate, args.data, args.url)
+    show(args, result, replay.report)
+    return 0 if result["query_rows"] == result["query_expected"] else 1
+
+
+def run_peers_bench(args: argparse.Namespace) -> int:
+    from historic.bench import peers  # needs nats-py, a development dependency
+
+    result = peers.run(
+        args.subs, args.pubs, args.rate, args.seconds, args.count, args.repeat, args.data
+    )
+    show(args, result, peers.report)
+    return 0

@@ -1,0 +1,1044 @@
+"""The Python client: ``Client`` (asyncio) and ``BlockingClient`` (for plain code).
+
+::
+
+    async with Client("ws://127.0.0.1:8001", name="manager") as c:
+        await c.advertise("[class,eq,'Order'],[price,isPresent,0]")
+        sub = await c.subscribe("[class,eq,'Order'],[price,>,100]")
+        await c.publish("[class,'Order'],[price,120]")
+        async for note in sub:          # or subscribe(..., callback=f)
+            print(note.publication)
+
+Requests (advertise, subscribe, unsubscribe, ...) wait for the broker's ``ok`` and raise
+``RequestFailed`` with its reason otherwise. ``advertise`` returns once the advertisement has
+reached every broker and the subscriptions overlapping it are back at this client's broker;
+``subscribe`` once the subscription has reached the broker of every overlapping advertisement:
+what is published afterwards finds its way (a link lost on the way is logged as a warning).
+Publishing does not wait; a refused publication (one matching none of the client's
+advertisements, say) reaches ``on_error``. A lost
+connection fails pending requests with ``ConnectionLost`` and ends every subscription's
+iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
+advertisements and subscriptions again, and the subscriptions go on (what was published while
+it was away is not replayed); one the broker now refuses (a schema declared meanwhile, say) is
+dropped: a warning is logged, its iterator raises the ``RequestFailed`` (a callback's client gets
+it in ``on_error``), and the others go on. A subscription with a time window reaching into the past
+(``[time,>=,now-1h]``) first delivers the past from the databases; ``await handle.replayed()``
+returns the broker's ``ReplayDone`` when that is complete. A historic subscription (its window
+ends in the past) then ends, and so does its iterator. ``transaction()`` groups publications
+that subscribers see when they commit, or abort (``padres.client.transaction``). The client's life:
+CONNECTING -> OPEN -> CLOSED, and with ``reconnect``, OPEN -> CONNECTING -> OPEN while it
+re-connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from types import TracebackType
+from typing import Any, TypeVar
+
+from msgspec.structs import replace
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from padres.client.handling import Handler
+from padres.client.transaction import BlockingTransaction, Transaction
+from padres.errors import (
+    AuthenticationError,
+    ConnectError,
+    ConnectionLost,
+    PadresError,
+    RequestFailed,
+)
+from padres.language.parser import parse_composite, parse_filter, parse_publication
+from padres.model.classes import AttributeSpec, parse_attributes
+from padres.model.messages import (
+    Advertisement,
+    CompositeSubscription,
+    Filter,
+    Publication,
+    Subscription,
+    Unadvertise,
+    Unsubscribe,
+)
+from padres.model.protocol import (
+    MAX_FRAME_BYTES,
+    MAX_FRAME_MESSAGES,
+    Ack,
+    CompositeNotify,
+    DeclareSchema,
+    DropSchema,
+    Durable,
+    Envelope,
+    Error,
+    ExceptionAction,
+    ExceptionEntry,
+    ExceptionReport,
+    Exceptions,
+    Failed,
+    Guaranteed,
+    Notify,
+    Ok,
+    Query,
+    QueryResult,
+    Rejected,
+    ReplayBatch,
+    ReplayDone,
+    ReplayEnd,
+    ReplayOffer,
+    ReplayRequest,
+    Retry,
+    Span,
+    Subscribe,
+    TxEnded,
+    Visibility,
+    Welcome,
+    decode_frame,
+    encode_frame,
+    websocket_url,
+)
+from padres.runtime.backoff import Backoff
+from padres.security.accounts import Credentials
+from padres.security.tls import client_context, secure
+
+__all__ = [
+    "BlockingClient",
+    "Client",
+    "ClientState",
+    "ConnectionLost",
+    "Delivery",
+    "RequestFailed",
+    "SubscriptionHandle",
+]
+
+log = logging.getLogger("padres.client.connection")
+
+Delivery = Notify | CompositeNotify
+_T = TypeVar("_T")
+
+
+class ClientState(Enum):
+    CONNECTING = "connecting"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class SubscriptionHandle:
+    """A live subscription: iterate it for deliveries (unless it has a callback).
+
+    A durable one numbers its deliveries (``Notify.seq``): a delivery is acknowledged to the
+    broker once the callback has returned or the iterator has handed it out, unless the
+    subscription was made with ``auto_ack=False``: then ``ack(seq)`` says what is done, and
+    what was not acknowledged when a connection is lost comes again after the reconnect."""
+
+    def __init__(
+        self,
+        client: Client,
+        ident: str,
+        callback: Callable[[Delivery], Any] | None,
+        *,
+        durable: bool = False,
+        auto_ack: bool = True,
+        retries: int | None = None,
+        backoff: float = 0.1,
+    ):
+        self.id = ident
+        self.durable = durable
+        self.auto_ack = auto_ack
+        self.received = 0
+        """The last delivery number received (durable subscriptions)."""
+        self.done = 0
+        """The last delivery number processed: what the broker is told with ``Ack``."""
+        self.acked = 0
+        """The last delivery number the broker has been told of."""
+        self._client = client
+        self._callback = callback
+        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
+        self.error: RequestFailed | None = None
+        """Why the subscription ended, if the broker refused to make it again after a
+        reconnect: iterating it or ``get`` raises this error once the deliveries are out."""
+        self.handler: Handler | None = None
+        """What runs the callback, with retries and an exception queue, if ``retries`` was
+        given (``padres.client.handling``)."""
+        if retries is not None:
+            if callback is None or not auto_ack:
+                raise ValueError("retries need a callback, and acknowledge by themselves")
+            self.handler = Handler(
+                client, ident, callback, retries=retries, backoff=backoff, processed=self.ack
+            )
+
+    def ack(self, seq: int) -> None:
+        """Deliveries up to ``seq`` are processed: the broker may forget them (sent shortly)."""
+        self.done = max(self.done, min(seq, self.received))
+        self._client._ack_soon()
+
+    @property
+    def replay(self) -> ReplayDone | None:
+        """The ``ReplayDone`` of a historic or hybrid subscription, once it has come."""
+        return self._replayed.result() if self._replayed.done() else None
+
+    async def replayed(self, timeout: float | None = None) -> ReplayDone:
+        """The end of the past of a historic or hybrid subscription: how many deliveries it
+        made, which databases answered and which did not finish."""
+        return await asyncio.wait_for(asyncio.shield(self._replayed), timeout)
+
+    def resume(self) -> int:
+        """Before a durable subscription is made again after a reconnect: what was received
+        and not processed is forgotten (the broker sends it again); returns what was."""
+        kept = [item for item in _drain(self._queue) if not _after(item, self.done)]
+        for item in kept:
+            self._queue.put_nowait(item)
+        if self.handler is not None:
+            self.handler.forget(self.done)
+        self.received = self.done
+        return self.done
+
+    def _deliver(self, delivery: Delivery | None) -> None:
+        if isinstance(delivery, Notify) and delivery.seq:
+            if delivery.seq <= self.received:
+                return  # sent again after a reconnect: it was received already
+            self.received = delivery.seq
+        if self.handler is not None:
+            if delivery is None:
+                self.handler.stop()
+            elif isinstance(delivery, Notify):
+                self.handler.put(delivery)
+            return
+        if self._callback is not None and delivery is not None:
+            try:
+                self._callback(delivery)
+            except Exception:
+                log.exception("subscription %s: callback failed", self.id)
+            self._handed_out(delivery)
+        else:
+            self._queue.put_nowait(delivery)
+
+    def _fail(self, error: RequestFailed) -> None:
+        self.error = error
+        self._deliver(None)
+
+    def _handed_out(self, delivery: Delivery) -> None:
+        if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
+            self.ack(delivery.seq)
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delivery]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                if self.error is not None:
+                    raise self.error
+                return
+            self._handed_out(item)
+            yield item
+
+    async def get(self, timeout: float | None = None) -> Delivery:
+        """The next delivery: ``TimeoutError`` after ``timeout`` s, ``ConnectionLost`` at end."""
+        item = await asyncio.wait_for(self._queue.get(), timeout)
+        if item is None:
+            self._queue.put_nowait(None)
+            raise self.error or ConnectionLost("the subscription ended")
+        self._handed_out(item)
+        return item
+
+    async def cancel(self) -> None:
+        await self._client.unsubscribe(self.id)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Client:
+    """An asyncio client of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        name: str = "client",
+        *,
+        on_error: Callable[[Error], Any] | None = None,
+        timeout: float = 10.0,
+        reconnect: bool = False,
+        on_replay: Callable[[ReplayRequest], Any] | None = None,
+        max_unacked: int = 10_000,
+        user: str = "",
+        password: str = "",
+        token: str = "",
+        tls_ca: str | None = None,
+    ) -> None:
+        """``user`` and ``password``, or ``token``: the credentials a broker with accounts
+        wants (``docs/security.md``); a refused hello raises ``AuthenticationError``.
+        ``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
+        5 s) and re-make every advertisement and subscription; subscriptions go on, durable
+        ones from where they were, and guaranteed publications not yet acknowledged are sent
+        again. ``on_replay``: for a database, called with each historic query routed to it.
+        ``max_unacked``: guaranteed publications waiting for the broker's acknowledgement at
+        most; publishing more waits. ``tls_ca``: for a ``wss://`` URL, the PEM file of the CA
+        certificates the broker's certificate is checked against (the system's trusted
+        authorities if None)."""
+        self.url = websocket_url(url)
+        self._tls = client_context(tls_ca) if secure(self.url) else None
+        self.name = name
+        self.credentials = Credentials(user, password, token)
+        self.timeout = timeout
+        self.reconnect = reconnect
+        self.state = ClientState.CONNECTING
+        self.session = ""
+        self.broker = ""
+        self.on_error = on_error or (lambda e: log.warning("broker refused %s: %s", e.ref, e.text))
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[Envelope]] = {}
+        self._subs: dict[str, SubscriptionHandle] = {}
+        self._ids = {k: itertools.count(1) for k in ("p", "s", "a", "d", "t")}
+        self._welcome: asyncio.Future[Welcome] | None = None
+        self._made: dict[tuple[str, str], Envelope] = {}
+        """What to make again after reconnecting: ("a" or "s", id) -> the request."""
+        self._recovery: asyncio.Task[None] | None = None
+        self.on_replay = on_replay
+        self.max_unacked = max_unacked
+        self._instance = os.urandom(4).hex()
+        """Makes the ids of guaranteed publications differ from those of an earlier run."""
+        self._unacked: dict[str, Publication] = {}
+        self._transactions: dict[str, Transaction] = {}
+        """Transactions begun and not over, by id."""
+        """Guaranteed publications sent and not yet acknowledged, in the order sent."""
+        self._room = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._acking = False
+        self._refs = itertools.count(1)
+
+    def _id(self, kind: str) -> str:
+        return f"{kind}{next(self._ids[kind])}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def connect(self) -> Client:
+        if self.state is not ClientState.CONNECTING or self._ws is not None:
+            raise PadresError(f"client is {self.state.value}; connect() goes once")
+        try:
+            await self._open()
+        except BaseException:
+            await self._shut()
+            raise
+        self.state = ClientState.OPEN
+        return self
+
+    async def _open(self) -> None:
+        """Dial, say hello, and wait for the welcome."""
+        try:
+            ws = await connect(
+                self.url,
+                max_size=4 * MAX_FRAME_BYTES,
+                open_timeout=self.timeout,
+                compression=None,
+                ssl=self._tls,
+            )
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise ConnectError(f"cannot connect to {self.url}: {exc}") from exc
+        self._ws = ws
+        self._welcome = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.get_running_loop().create_task(self._read(ws))
+        await ws.send(encode_frame([self.credentials.hello(self.name)]))
+        welcome = await asyncio.wait_for(self._welcome, self.timeout)
+        self.session, self.broker = welcome.session, welcome.broker
+
+    async def _recover(self) -> None:
+        """Dial again until it works, then make every advertisement and subscription again."""
+        backoff = Backoff()
+        while self.state is ClientState.CONNECTING:
+            try:
+                await self._open()
+                for key, message in list(self._made.items()):
+                    if isinstance(message, Durable):
+                        done = self._subs[message.subscription.id].resume()
+                        message = replace(message, acked=done)
+                    try:
+                        await self._request(_ref(message), message, recovering=True)
+                    except RequestFailed as exc:
+                        self._refused_again(key, exc)
+                self.state = ClientState.OPEN
+                if self._unacked:  # all of them: some may have been made while reconnecting
+                    await self._send([Guaranteed(p) for p in self._unacked.values()])
+                log.info("%s: reconnected to %s", self.name, self.url)
+                return
+            except (
+                AuthenticationError,  # its old session may still hold its name for a moment
+                ConnectionLost,
+                TimeoutError,
+                ConnectionClosed,
+            ) as exc:
+                log.info("%s: reconnecting to %s: %s", self.name, self.url, exc)
+                if self._ws is not None:
+                    await self._ws.close()
+            await backoff.wait()
+
+    def _refused_again(self, key: tuple[str, str], exc: RequestFailed) -> None:
+        """The broker refused to make an advertisement or subscription again after a reconnect
+        (say a schema declared meanwhile refuses it): it is forgotten, and a subscription's
+        handle ends with the error; the rest goes on."""
+        self._made.pop(key, None)
+        kind = "advertisement" if key[0] == "a" else "subscription"
+        log.warning("%s: %s %s not made again: %s", self.name, kind, key[1], exc)
+        handle = self._subs.pop(key[1], None) if key[0] == "s" else None
+        if handle is not None:
+            handle._fail(exc)
+        if handle is None or handle._callback is not None or handle.handler is not None:
+            self.on_error(Error(exc.text, key[1]))
+
+    async def close(self) -> None:
+        if self.state is not ClientState.CLOSED:
+            await self._shut()
+
+    async def _shut(self) -> None:
+        self.state = ClientState.CLOSED
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        for handle in self._subs.values():
+            handle._deliver(None)
+        self._subs.clear()
+
+    async def __aenter__(self) -> Client:
+        return await self.connect()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def advertise(self, flt: str | Filter, id: str | None = None) -> str:
+        ident = id or self._id("a")
+        adv = Advertisement(ident, _filter(flt))
+        await self._request(ident, adv)
+        self._made["a", ident] = adv
+        return ident
+
+    async def offer_replay(
+        self, flt: str | Filter, id: str | None = None, period: Span | None = None
+    ) -> str:
+        """Offer to answer historic queries overlapping ``flt`` and, if ``period`` is given, the
+        publication times it spans (``unadvertise`` withdraws)."""
+        ident = id or self._id("a")
+        offer = ReplayOffer(Advertisement(ident, _filter(flt)), period)
+        await self._request(ident, offer)
+        self._made["a", ident] = offer
+        return ident
+
+    async def answer(self, messages: list[ReplayBatch | ReplayEnd]) -> None:
+        """Send a database's answers to historic queries."""
+        await self._send(messages)
+
+    async def unadvertise(self, ident: str) -> None:
+        await self._request(ident, Unadvertise(ident))
+        self._made.pop(("a", ident), None)
+
+    async def subscribe(
+        self,
+        flt: str | Filter,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+        *,
+        durable: str | None = None,
+        auto_ack: bool = True,
+        retries: int | None = None,
+        backoff: float = 0.1,
+        visibility: Visibility | str = Visibility.ON_COMMIT,
+    ) -> SubscriptionHandle:
+        """Subscribe; ``visibility``: which publications of transactions it sees, and when
+        (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.client.transaction``);
+        ``durable``: a durable subscription of that name, kept by the broker
+        while this client is away and resumed when a client of the same name makes it again
+        (see ``SubscriptionHandle`` for its acknowledgements). ``retries``: a callback that
+        raises is called again up to that many times, waiting ``backoff`` seconds and then
+        twice as long each time, before the publication goes to the subscription's exception
+        queue at the broker (``padres.client.handling``; see ``exceptions``)."""
+        visibility = Visibility(visibility)
+        if durable is None:
+            ident = id or self._id("s")
+            sub = Subscription(ident, _filter(flt))
+            options = None if visibility is Visibility.ON_COMMIT else Subscribe(sub, visibility)
+            return await self._subscribe(
+                sub, callback, retries=retries, backoff=backoff, message=options
+            )
+        handle = SubscriptionHandle(
+            self,
+            durable,
+            callback,
+            durable=True,
+            auto_ack=auto_ack,
+            retries=retries,
+            backoff=backoff,
+        )
+        self._subs[durable] = handle
+        message = Durable(Subscription(durable, _filter(flt)), visibility=visibility)
+        try:
+            await self._request(durable, message)
+        except BaseException:
+            self._subs.pop(durable, None)
+            handle._deliver(None)
+            raise
+        self._made["s", durable] = message
+        return handle
+
+    async def subscribe_composite(
+        self,
+        expression: str | CompositeSubscription,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        if isinstance(expression, CompositeSubscription):
+            sub = expression
+        else:
+            sub = parse_composite(expression, id=id or self._id("s"))
+        return await self._subscribe(sub, callback)
+
+    async def _subscribe(
+        self,
+        sub: Subscription | CompositeSubscription,
+        callback: Callable[[Delivery], Any] | None,
+        *,
+        retries: int | None = None,
+        backoff: float = 0.1,
+        message: Subscribe | None = None,
+    ) -> SubscriptionHandle:
+        """Make ``sub`` (by ``message``, when it has options)."""
+        handle = SubscriptionHandle(self, sub.id, callback, retries=retries, backoff=backoff)
+        self._subs[sub.id] = handle
+        request = message or sub
+        try:
+            await self._request(sub.id, request)
+        except BaseException:
+            self._subs.pop(sub.id, None)
+            handle._deliver(None)
+            raise
+        self._made["s", sub.id] = request
+        return handle
+
+    def ack(self, subscription: str, seq: int) -> None:
+        """Deliveries of durable subscription ``subscription`` up to ``seq`` are processed (for
+        one made with ``auto_ack=False``); the broker is told shortly."""
+        handle = self._subs.get(subscription)
+        if handle is not None:
+            handle.ack(seq)
+
+    async def unsubscribe(self, ident: str) -> None:
+        await self._request(ident, Unsubscribe(ident))
+        self._made.pop(("s", ident), None)
+        handle = self._subs.pop(ident, None)
+        if handle is not None:
+            handle._deliver(None)
+
+    def transaction(self, id: str | None = None) -> Transaction:
+        """A transaction of publications: ``async with client.transaction() as tx:`` (see
+        ``padres.client.transaction``); ``id``: the client's id for it, unique among this client's
+        transactions, made here if None."""
+        return Transaction(self, id or f"{self._id('t')}.{self._instance}")
+
+    def _publication(
+        self, publication: str | Publication | dict[str, Any], id: str | None, *, unique: bool
+    ) -> Publication:
+        """A publication from PADRES text, an attribute dict, or as it is; ``unique``: an id
+        made here carries a token of this client's run (the broker keeps it)."""
+        if isinstance(publication, Publication):
+            return publication
+        if id is None:
+            id = self._id("p") + (f".{self._instance}" if unique else "")
+        if isinstance(publication, str):
+            return parse_publication(publication, id=id, timestamp=_now())
+        return Publication(id, publication, _now(), "")
+
+    async def publish(
+        self,
+        publication: str | Publication | dict[str, Any],
+        id: str | None = None,
+        *,
+        guaranteed: bool = False,
+    ) -> str:
+        """Send a publication (PADRES text, a ``Publication`` or an attribute dict).
+
+        ``guaranteed``: delivered exactly once, in this client's order, to every matching
+        durable subscription, surviving broker crashes. The broker acknowledges it once it is
+        on disk; until then it is kept here and sent again after a reconnect (``flush`` waits
+        for the acknowledgements). Its id must not be reused by this publisher: the ids made
+        here carry a token of this client's run."""
+        pub = self._publication(publication, id, unique=guaranteed)
+        await self.publish_many([pub], guaranteed=guaranteed)
+        return pub.id
+
+    async def publish_many(
+        self, publications: list[Publication], *, guaranteed: bool = False
+    ) -> None:
+        """Send many publications in one frame."""
+        if not guaranteed:
+            await self._send(publications)
+            return
+        while len(self._unacked) >= self.max_unacked:
+            self._room.clear()
+            await self._room.wait()
+        for pub in publications:
+            self._unacked[pub.id] = pub
+        self._idle.clear()
+        if self.state is ClientState.CONNECTING and self.reconnect:
+            return  # sent once the connection is back
+        try:
+            await self._send([Guaranteed(p) for p in publications])
+        except ConnectionLost:
+            if not self.reconnect:
+                raise  # else kept, and sent again once the connection is back
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every guaranteed publication sent has been acknowledged by the broker."""
+        if self._unacked:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    def _acknowledged(self, ref: str) -> bool:
+        """A guaranteed publication is on the broker's disk (or refused)."""
+        if self._unacked.pop(ref, None) is None:
+            return False
+        if len(self._unacked) < self.max_unacked:
+            self._room.set()
+        if not self._unacked:
+            self._idle.set()
+        return True
+
+    def _ack_soon(self) -> None:
+        """Tell the broker, shortly and in one frame, what durable deliveries are processed."""
+        if not self._acking:
+            self._acking = True
+            asyncio.get_running_loop().call_later(0.02, self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._acking = False
+        if self.state is ClientState.CONNECTING:
+            self._ack_soon()  # once the connection is back (resuming tells the broker too)
+            return
+        acks = []
+        for handle in self._subs.values():
+            if handle.durable and handle.done > handle.acked:
+                handle.acked = handle.done
+                acks.append(Ack(handle.id, handle.done))
+        if acks and self.state is ClientState.OPEN:
+            task = asyncio.get_running_loop().create_task(self._send(acks))
+            task.add_done_callback(_quiet)
+
+    async def declare_schema(
+        self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]
+    ) -> None:
+        """Declare the schema of ``class_name``, or widen it, overlay-wide: ``attributes`` is
+        ``"NAME:TYPE NAME:TYPE? ..."`` or a mapping from names to ``"TYPE"``/``"TYPE?"``
+        (docs/language.md, "Typed event classes"). Returns once every reachable broker has
+        it; a declaration that does not widen the schema in force, or goes beyond the broker's
+        limits, raises ``RequestFailed``."""
+        ident = self._id("d")
+        await self._request(ident, DeclareSchema(ident, class_name, parse_attributes(attributes)))
+
+    async def drop_schema(self, class_name: str) -> None:
+        """Drop the schema of ``class_name`` overlay-wide (an administrator's right): the class
+        is untyped again. Returns once every reachable broker knows; nothing changes for a
+        class without a schema."""
+        ident = self._id("d")
+        await self._request(ident, DropSchema(ident, class_name))
+
+    # -- exception queues --------------------------------------------------------------------
+
+    async def exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> ExceptionReport:
+        """The exception queue of ``subscription`` (of client ``client`` at this broker, this
+        client's own by default): every entry, or only ``entries`` (``RequestFailed`` if one
+        is not there), with the queue's length, bytes and how many entries it dropped."""
+        sid = _sid(subscription)
+        found: list[ExceptionEntry] = []
+        after = 0
+        while True:
+            request = Exceptions(
+                self._ref("x"), sid, entries=tuple(entries), client=client or "", after=after
+            )
+            report = await self._exceptions(request)
+            found += report.entries
+            if not report.more or not report.entries:
+                return replace(report, entries=tuple(found), more=False)
+            after = report.entries[-1].id
+
+    async def replay_exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> int:
+        """Deliver entries of the exception queue (all, or ``entries``) again to the
+        subscription, through its handler, now or when its client has it again: handled, an
+        entry goes; failed again, it stays with its attempts added up. Returns how many."""
+        action = ExceptionAction.REPLAY
+        request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
+        return (await self._exceptions(replace(request, client=client or ""))).affected
+
+    async def purge_exceptions(
+        self,
+        subscription: str | SubscriptionHandle,
+        entries: Sequence[int] = (),
+        *,
+        client: str | None = None,
+    ) -> int:
+        """Remove entries of the exception queue (all, or ``entries``); returns how many."""
+        action = ExceptionAction.PURGE
+        request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
+        return (await self._exceptions(replace(request, client=client or ""))).affected
+
+    async def _exceptions(self, request: Exceptions) -> ExceptionReport:
+        reply = await self._request(request.ref, request)
+        if not isinstance(reply, ExceptionReport):
+            raise RequestFailed(f"unexpected answer: {type(reply).__name__}", request.ref)
+        return reply
+
+    def _ref(self, kind: str) -> str:
+        """A request id of this client's run, for requests that name no id of their own."""
+        return f"{kind}{next(self._refs)}.{self._instance}"
+
+    def _retry(self, retry: Retry) -> None:
+        """An entry of an exception queue delivered again: to the subscription's handler. A
+        subscription without one sends it back as it came."""
+        handle = self._subs.get(retry.subscription)
+        if handle is None:
+            return  # ended: the broker sends it again when the subscription is made again
+        if handle.handler is not None:
+            handle.handler.put_retry(retry)
+            return
+        why = f"subscription {retry.subscription!r} has no handler with retries to replay through"
+        back = Failed(
+            self._ref("f"),
+            retry.subscription,
+            retry.publication,
+            why,
+            max(1, retry.attempts),
+            entry=retry.entry,
+        )
+        task = asyncio.get_running_loop().create_task(self._send([back]))
+        task.add_done_callback(_quiet)
+
+    async def query(self, what: str) -> tuple[str, ...]:
+        """The rows of a broker's table: 'subscriptions', 'advertisements' or 'schemas'."""
+        result = await self._request(f"?{what}", Query(what))
+        return result.rows if isinstance(result, QueryResult) else ()
+
+    async def _send(
+        self,
+        messages: Sequence[Envelope],
+        recovering: bool = False,
+    ) -> None:
+        usable = self.state is ClientState.OPEN or (
+            recovering and self.state is ClientState.CONNECTING
+        )
+        if not usable or self._ws is None:
+            raise ConnectionLost(f"client is {self.state.value}")
+        try:
+            for start in range(0, len(messages), MAX_FRAME_MESSAGES):
+                await self._ws.send(encode_frame(messages[start : start + MAX_FRAME_MESSAGES]))
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"connection to {self.url} closed: {exc}") from None
+
+    async def _request(self, ref: str, message: Envelope, recovering: bool = False) -> Envelope:
+        if ref in self._pending:
+            raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._pending[ref] = future
+        try:
+            await self._send([message], recovering)
+            reply = await asyncio.wait_for(future, self.timeout)
+        finally:
+            self._pending.pop(ref, None)
+        if isinstance(reply, Ok) and reply.incomplete:
+            why = "; ".join(reply.incomplete)
+            log.warning("%s: the routing of %s settled only in part: %s", self.name, ref, why)
+        return reply
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _read(self, ws: ClientConnection) -> None:
+        try:
+            async for data in ws:
+                for item in decode_frame(data, checked=True):  # from the broker
+                    self._on_message(item)
+        except ConnectionClosed:
+            pass
+        finally:
+            lost = ConnectionLost(f"connection to {self.url} closed")
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(lost)
+            if self._welcome is not None and not self._welcome.done():
+                self._welcome.set_exception(lost)
+            if ws is self._ws and not self.reconnect:  # else the broker waits for it a while
+                for transaction in list(self._transactions.values()):
+                    transaction._lost()
+            if ws is self._ws and self.state is ClientState.OPEN:
+                if self.reconnect:
+                    self.state = ClientState.CONNECTING
+                    self._recovery = asyncio.get_running_loop().create_task(self._recover())
+                else:
+                    self.state = ClientState.CLOSED
+                    for handle in self._subs.values():
+                        handle._deliver(None)
+
+    def _on_message(self, item: Envelope | Rejected) -> None:
+        match item:
+            case Notify():
+                for sid in item.subscriptions:
+                    handle = self._subs.get(sid)
+                    if handle is not None:
+                        handle._deliver(item)
+            case TxEnded():
+                self._tx_ended(item)
+            case CompositeNotify():
+                handle = self._subs.get(item.subscription)
+                if handle is not None:
+                    handle._deliver(item)
+            case ReplayDone():
+                self._replay_done(item)
+            case Retry():
+                self._retry(item)
+            case ExceptionReport():
+                self._resolve(item.ref, item)
+            case ReplayRequest():
+                if self.on_replay is not None:
+                    self.on_replay(item)
+            case Ok():
+                if not self._acknowledged(item.ref):
+                    self._resolve(item.ref, item)
+            case QueryResult():
+                self._resolve(f"?{item.what}", item)
+            case Welcome():
+                if self._welcome is not None and not self._welcome.done():
+                    self._welcome.set_result(item)
+            case Error():
+                if self._acknowledged(item.ref):
+                    self.on_error(item)
+                    return
+                future = self._pending.get(item.ref)
+                if future is not None and not future.done():
+                    future.set_exception(RequestFailed(item.text, item.ref))
+                elif self._welcome is not None and not self._welcome.done():
+                    self._welcome.set_exception(AuthenticationError(item.text))
+                else:
+                    self.on_error(item)
+            case Rejected():
+                log.warning("undecodable message from the broker: %s", item.error)
+            case _:
+                log.debug("ignored %s from the broker", type(item).__name__)
+
+    def _tx_ended(self, ended: TxEnded) -> None:
+        """A transaction's end from the broker: the answer to a request, or news (the broker
+        aborted it)."""
+        future = self._pending.get(ended.tx)
+        if future is not None and not future.done():
+            future.set_result(ended)
+            return
+        transaction = self._transactions.get(ended.tx)
+        if transaction is not None:
+            log.warning("%s: transaction %s aborted: %s", self.name, ended.tx, ended.reason)
+            transaction._ended(ended.reason, ended.limit)
+
+    def _replay_done(self, done: ReplayDone) -> None:
+        handle = self._subs.get(done.subscription)
+        if handle is None:
+            return
+        if not handle._replayed.done():
+            handle._replayed.set_result(done)
+        if not done.live:  # a historic subscription is over
+            self._subs.pop(done.subscription, None)
+            self._made.pop(("s", done.subscription), None)
+            handle._deliver(None)
+
+    def _resolve(self, key: str, value: Envelope) -> None:
+        future = self._pending.get(key)
+        if future is not None and not future.done():
+            future.set_result(value)
+
+
+def _drain(queue: asyncio.Queue[Delivery | None]) -> list[Delivery | None]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+def _after(item: Delivery | None, seq: int) -> bool:
+    return isinstance(item, Notify) and item.seq > seq
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    """An acknowledgement that could not be sent is sent again after the reconnect."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("acknowledgement not sent: %s", task.exception())
+
+
+def _ref(message: Envelope) -> str:
+    if isinstance(message, ReplayOffer):
+        return message.advertisement.id
+    if isinstance(message, (Durable, Subscribe)):
+        return message.subscription.id
+    return (
+        message.id
+        if isinstance(message, (Advertisement, Subscription, CompositeSubscription))
+        else ""
+    )
+
+
+def _sid(subscription: str | SubscriptionHandle) -> str:
+    return subscription if isinstance(subscription, str) else subscription.id
+
+
+def _filter(flt: str | Filter) -> Filter:
+    return flt if isinstance(flt, Filter) else parse_filter(flt)
+
+
+class BlockingClient:
+    """``Client`` for code without asyncio: its loop runs in a background thread.
+
+    Callbacks run on that thread; ``deliveries`` iterates a subscription from the caller's.
+    """
+
+    def __init__(self, url: str, name: str = "client", **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = Client(url, name, **options)
+        self._call(self._client.connect())
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def advertise(self, flt: str | Filter, id: str | None = None) -> str:
+        return self._call(self._client.advertise(flt, id))
+
+    def unadvertise(self, ident: str) -> None:
+        self._call(self._client.unadvertise(ident))
+
+    def subscribe(
+        self,
+        flt: str | Filter,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+        *,
+        durable: str | None = None,
+        auto_ack: bool = True,
+        visibility: Visibility | str = Visibility.ON_COMMIT,
+        retries: int | None = None,
+        backoff: float = 0.1,
+    ) -> SubscriptionHandle:
+        return self._call(
+            self._client.subscribe(
+                flt,
+                callback,
+                id,
+                durable=durable,
+                auto_ack=auto_ack,
+                visibility=visibility,
+                retries=retries,
+                backoff=backoff,
+            )
+        )
+
+    def exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> ExceptionReport:
+        return self._call(self._client.exceptions(subscription, entries, client=client))
+
+    def replay_exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> int:
+        return self._call(self._client.replay_exceptions(subscription, entries, client=client))
+
+    def purge_exceptions(
+        self, subscription: str, entries: Sequence[int] = (), *, client: str | None = None
+    ) -> int:
+        return self._call(self._client.purge_exceptions(subscription, entries, client=client))
+
+    def subscribe_composite(
+        self,
+        expression: str,
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+    ) -> SubscriptionHandle:
+        return self._call(self._client.subscribe_composite(expression, callback, id))
+
+    def unsubscribe(self, ident: str) -> None:
+        self._call(self._client.unsubscribe(ident))
+
+    def publish(
+        self,
+        publication: str | Publication | dict[str, Any],
+        id: str | None = None,
+        *,
+        guaranteed: bool = False,
+    ) -> str:
+        return self._call(self._client.publish(publication, id, guaranteed=guaranteed))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._call(self._client.flush(timeout))
+
+    def transaction(self, id: str | None = None) -> BlockingTransaction:
+        """A transaction of publications: ``with client.transaction() as tx:``."""
+        return BlockingTransaction(self, self._client.transaction(id))
+
+    def declare_schema(
+        self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]
+    ) -> None:
+        self._call(self._client.declare_schema(class_name, attributes))
+
+    def drop_schema(self, class_name: str) -> None:
+        self._call(self._client.drop_schema(class_name))
+
+    def query(self, what: str) -> tuple[str, ...]:
+        return self._call(self._client.query(what))
+
+    def deliveries(
+        self, handle: SubscriptionHandle, timeout: float | None = None
+    ) -> Iterator[Delivery]:
+        """Deliveries of ``handle`` as they come; stops after ``timeout`` s without one."""
+        while True:
+            try:
+                yield self._call(handle.get(timeout))
+            except (TimeoutError, ConnectionLost):
+                return
+
+    def close(self) -> None:
+        self._call(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,201 @@
+"""Running a subscription's handler with retries, and its exception queue.
+
+A subscription made with ``retries`` (``Client.subscribe(flt, handler, retries=3)``) hands its
+deliveries to a ``Handler``: a task of its own that calls the handler (a function, or a
+coroutine function, which is awaited) on one delivery at a time, in order. When the handler
+raises, it is called again after a backoff (``padres.runtime.backoff``, from ``backoff`` seconds,
+doubling), ``retries`` times at most; a subscription waiting so holds back only its own
+deliveries. After the last failure the publication goes to the subscription's exception queue at
+its broker (``Failed``, with the error's type and message and the number of attempts) and counts
+as processed: a durable subscription's delivery is acknowledged by the broker in the same journal
+transaction that stores it, and this client moves past it only once the broker has answered, so
+it is neither lost nor put there twice when the connection or either side fails meanwhile.
+
+Entries replayed from the exception queue (``Retry``) come through the same handler with the same
+retries: when it succeeds the entry is purged, when it fails again it goes back with its attempts
+added up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from padres.errors import ConnectionLost, RequestFailed
+from padres.model.protocol import Envelope, ExceptionAction, Exceptions, Failed, Notify, Retry
+from padres.runtime.backoff import Backoff
+
+if TYPE_CHECKING:
+    from padres.client.connection import Client
+
+__all__ = ["MOST_BACKOFF", "Handler", "describe"]
+
+log = logging.getLogger("padres.client.connection")
+
+MOST_BACKOFF: Final = 30.0
+"""Seconds between two attempts, at most (unless ``backoff`` itself is longer)."""
+
+
+def describe(exc: BaseException) -> str:
+    """An error as its exception queue keeps it: the exception's type and message."""
+    kind = type(exc)
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
+    return f"{name}: {exc}" if str(exc) else name
+
+
+@dataclass(frozen=True)
+class _Work:
+    delivery: Notify
+    entry: int = 0
+    """The exception queue's entry it is delivered again from (0: a new delivery)."""
+    attempts: int = 0
+    """Attempts it has had before (an entry's)."""
+
+
+class Handler:
+    """A subscription's handler with its retries (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: Client,
+        subscription: str,
+        callback: Callable[[Notify], Any],
+        *,
+        retries: int,
+        backoff: float,
+        processed: Callable[[int], None],
+    ) -> None:
+        """``processed(seq)``: called once a durable delivery is done with (handled, or in the
+        exception queue)."""
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
+        if backoff <= 0:
+            raise ValueError(f"backoff must be more than 0 seconds, not {backoff}")
+        self.subscription = subscription
+        self.retries = retries
+        self.backoff = backoff
+        self.failed = 0
+        """Publications put into the exception queue by this handler."""
+        self._client = client
+        self._callback = callback
+        self._processed = processed
+        self._queue: asyncio.Queue[_Work] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def put(self, delivery: Notify) -> None:
+        self._enqueue(_Work(delivery))
+
+    def put_retry(self, retry: Retry) -> None:
+        delivery = Notify(retry.publication, (self.subscription,))
+        self._enqueue(_Work(delivery, retry.entry, retry.attempts))
+
+    def forget(self, done: int) -> None:
+        """Before a durable subscription resumes: deliveries numbered after ``done`` come
+        again, the queued ones are dropped (entries being replayed come again too)."""
+        kept = []
+        while not self._queue.empty():
+            work = self._queue.get_nowait()
+            if not work.entry and work.delivery.seq <= done:
+                kept.append(work)
+        for work in kept:
+            self._queue.put_nowait(work)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _enqueue(self, work: _Work) -> None:
+        self._queue.put_nowait(work)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            work = await self._queue.get()
+            try:
+                await self._process(work)
+            except ConnectionLost:
+                return  # the client is closed: what was not done comes again next time
+            except Exception:  # a bug here must not end the subscription's deliveries
+                log.exception("subscription %s: handling failed", self.subscription)
+
+    async def _process(self, work: _Work) -> None:
+        attempts, error = await self._attempt(work.delivery)
+        sub = self.subscription
+        if error is None:
+            if work.entry:
+                purge = Exceptions(self._ref(), sub, ExceptionAction.PURGE, (work.entry,))
+                await self._report(purge)
+            elif work.delivery.seq:
+                self._processed(work.delivery.seq)
+            return
+        failed = Failed(
+            self._ref(),
+            sub,
+            work.delivery.publication,
+            error,
+            work.attempts + attempts,
+            seq=work.delivery.seq,
+            entry=work.entry,
+        )
+        await self._report(failed)
+        self.failed += 1
+        if work.delivery.seq:
+            self._processed(work.delivery.seq)
+
+    async def _attempt(self, delivery: Notify) -> tuple[int, str | None]:
+        """Call the handler until it succeeds, ``retries`` + 1 times at most: the attempts
+        made, and the last error (None if it succeeded)."""
+        backoff = Backoff(self.backoff, max(self.backoff, MOST_BACKOFF))
+        error = ""
+        for attempt in range(1, self.retries + 2):
+            try:
+                result = self._callback(delivery)
+                if inspect.isawaitable(result):
+                    await result
+                return attempt, None
+            except Exception as exc:
+                error = describe(exc)
+                log.info(
+                    "subscription %s: handler failed on %s (attempt %d of %d): %s",
+                    self.subscription,
+                    delivery.publication.id,
+                    attempt,
+                    self.retries + 1,
+                    error,
+                )
+            if attempt <= self.retries:
+                await backoff.wait()
+        return self.retries + 1, error
+
+    def _ref(self) -> str:
+        return self._client._ref("f")
+
+    async def _report(self, message: Failed | Exceptions) -> None:
+        """Send ``message`` until the broker has answered it, across reconnections;
+        ``ConnectionLost`` once the client is closed."""
+        backoff = Backoff()
+        ref = message.ref
+        while True:
+            try:
+                reply: Envelope = await self._client._request(ref, message)
+                log.debug("subscription %s: %s answered %s", self.subscription, ref, reply)
+                return
+            except RequestFailed as exc:
+                log.error("subscription %s: the broker refused %s: %s", self.subscription, ref, exc)
+                return
+            except (ConnectionLost, TimeoutError):
+                from padres.client.connection import (
+                    ClientState,  # here: padres.client.connection imports this module
+                )
+
+                if not self._client.reconnect or self._client.state is ClientState.CLOSED:
+                    raise ConnectionLost(f"client {self._client.name} is closed") from None
+            await backoff.wait()

@@ -1,0 +1,228 @@
+"""Transactions of publications, on the client's side (``docs/transactions.md``).
+
+::
+
+    async with client.transaction() as tx:
+        await tx.publish({"class": "Order", "item": "shoes"})
+        await tx.publish({"class": "Payment", "amount": 120})
+    # committed here; an exception in the block aborts the transaction and goes on
+
+A block that ends normally commits: if the broker aborted the transaction meanwhile, leaving
+the block raises ``TransactionAborted`` (or ``TransactionLimit``) with the broker's reason.
+
+Each subscriber sees the transaction's publications as its subscription's ``visibility``
+says: ``on_commit`` (the default) once committed, ``immediate`` at once and again with the
+outcome, ``on_abort`` once aborted. A transaction's life: NEW -> OPEN -> COMMITTED or
+ABORTED; its broker may abort it (its client was away too long, it stayed idle too long, it
+outgrew a limit), and then publishing or committing raises ``TransactionAborted`` saying why.
+A client made with ``reconnect=True`` goes on with its open transactions after a reconnect
+if the broker still holds them (``padres broker --tx-linger``); what it publishes while the
+connection is down raises ``ConnectionLost``. A commit whose answer was lost with the
+connection may be sent again: the broker answers as it did the first time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from padres.errors import (
+    PadresError,
+    RequestFailed,
+    TransactionAborted,
+    TransactionClosed,
+    TransactionError,
+    TransactionLimit,
+)
+from padres.model.messages import Publication
+from padres.model.protocol import Ok, TxAbort, TxBegin, TxCommit, TxEnded, TxPublish
+
+if TYPE_CHECKING:
+    from padres.client.connection import BlockingClient, Client
+
+__all__ = ["BlockingTransaction", "Transaction", "TransactionState"]
+
+log = logging.getLogger("padres.client.connection")
+
+
+class TransactionState(Enum):
+    NEW = "new"
+    OPEN = "open"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Transaction:
+    """A transaction of ``Client`` (see the module docstring): ``async with`` it, or call
+    ``begin``, ``publish``, and ``commit`` or ``abort``."""
+
+    def __init__(self, client: Client, ident: str) -> None:
+        self.id = ident
+        self.state = TransactionState.NEW
+        self.count = 0
+        """Publications made in it."""
+        self.reason = ""
+        """Why it was aborted, once it was."""
+        self.limited = False
+        """Whether a limit of the broker aborted it."""
+        self._client = client
+        self._committing = False
+        self._abandoned = False
+        """Whether its client aborted it (a block that did so has nothing left to commit)."""
+
+    async def begin(self) -> Transaction:
+        """Open it at the broker; ``TransactionLimit`` if this client has too many open."""
+        if self.state is not TransactionState.NEW:
+            raise TransactionClosed(f"transaction {self.id!r} has begun already", self.id)
+        self._client._transactions[self.id] = self
+        try:
+            reply = await self._ask(TxBegin(self.id))
+        except BaseException:
+            self._client._transactions.pop(self.id, None)
+            raise
+        if isinstance(reply, TxEnded):
+            self._client._transactions.pop(self.id, None)
+            why = f"transaction {self.id!r} refused: {reply.reason}"
+            raise TransactionLimit(why, self.id, reply.reason)
+        self.state = TransactionState.OPEN
+        return self
+
+    async def publish(
+        self, publication: str | Publication | dict[str, Any], id: str | None = None
+    ) -> str:
+        """Publish in the transaction (PADRES text, a ``Publication`` or an attribute dict);
+        returns the publication's id. Its ids, like a guaranteed publication's, must not be
+        reused by this publisher: the ids made here carry a token of this client's run."""
+        self._check_open("publish in")
+        pub = self._client._publication(publication, id, unique=True)
+        await self._client._send([TxPublish(self.id, pub)])
+        self.count += 1
+        return pub.id
+
+    async def commit(self) -> None:
+        """Commit: returns once every publication is on the broker's disk (and on its way to
+        the subscribers); ``TransactionAborted`` if the transaction was aborted instead."""
+        if self.state is TransactionState.COMMITTED:
+            return
+        self._check_open("commit")
+        self._committing = True
+        try:
+            reply = await self._ask(TxCommit(self.id, self.count))
+        except TransactionError as exc:  # the broker does not know it: it is over
+            self._ended(exc.text)
+            raise
+        finally:
+            self._committing = False
+        if isinstance(reply, TxEnded):
+            self._ended(reply.reason, reply.limit)
+            self._check_open("commit")
+        self.state = TransactionState.COMMITTED
+        self._client._transactions.pop(self.id, None)
+
+    async def abort(self) -> None:
+        """Abort: ``on_abort`` subscribers get its publications, ``immediate`` ones the
+        outcome, ``on_commit`` ones nothing."""
+        if self.state is TransactionState.ABORTED:
+            return
+        if self.state is TransactionState.COMMITTED:
+            raise TransactionClosed(f"transaction {self.id!r} is committed already", self.id)
+        if self.state is TransactionState.OPEN:
+            await self._ask(TxAbort(self.id))
+        self._abandoned = True
+        self._ended("aborted by its client")
+
+    async def __aenter__(self) -> Transaction:
+        return await self.begin()
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if e is None:
+            # A block that ends normally commits, unless its code aborted: a transaction the
+            # broker aborted meanwhile raises here (``commit`` says why), never passes quietly.
+            if not self._abandoned:
+                await self.commit()
+            return
+        if self.state is TransactionState.OPEN:
+            # The block's own exception goes on; the broker aborts it anyway when it cannot
+            # be told (the connection is lost).
+            with contextlib.suppress(PadresError, TimeoutError):
+                await self.abort()
+            self._ended(f"the block raised {type(e).__name__}")
+
+    def _check_open(self, what: str) -> None:
+        if self.state is TransactionState.ABORTED:
+            why = f"cannot {what} transaction {self.id!r}: it was aborted ({self.reason})"
+            error = TransactionLimit if self.limited else TransactionAborted
+            raise error(why, self.id, self.reason)
+        if self.state is not TransactionState.OPEN:
+            state = "not begun" if self.state is TransactionState.NEW else self.state.value
+            raise TransactionClosed(
+                f"cannot {what} transaction {self.id!r}: it is {state}", self.id
+            )
+
+    async def _ask(self, message: TxBegin | TxCommit | TxAbort) -> Ok | TxEnded:
+        try:
+            reply = await self._client._request(self.id, message)
+        except RequestFailed as exc:
+            raise TransactionError(exc.text, self.id) from None
+        if not isinstance(reply, (Ok, TxEnded)):
+            raise TransactionError(f"unexpected answer {type(reply).__name__}", self.id)
+        return reply
+
+    def _lost(self) -> None:
+        """The connection is lost for good: the broker aborts the transaction, unless it was
+        being committed (then it may have committed it)."""
+        if not self._committing:
+            self._ended("the connection to the broker was lost")
+
+    def _ended(self, reason: str, limited: bool = False) -> None:
+        """It is aborted (by its client, or by its broker for ``reason``; ``limited``: by a
+        limit)."""
+        if self.state in (TransactionState.NEW, TransactionState.OPEN):
+            self.state = TransactionState.ABORTED
+            self.reason = reason
+            self.limited = limited
+        self._client._transactions.pop(self.id, None)
+
+
+class BlockingTransaction:
+    """``Transaction`` for ``BlockingClient``: ``with client.transaction() as tx:``."""
+
+    def __init__(self, client: BlockingClient, transaction: Transaction) -> None:
+        self._client = client
+        self.transaction = transaction
+
+    @property
+    def id(self) -> str:
+        return self.transaction.id
+
+    @property
+    def state(self) -> TransactionState:
+        return self.transaction.state
+
+    def begin(self) -> BlockingTransaction:
+        self._client._call(self.transaction.begin())
+        return self
+
+    def publish(
+        self, publication: str | Publication | dict[str, Any], id: str | None = None
+    ) -> str:
+        return self._client._call(self.transaction.publish(publication, id))
+
+    def commit(self) -> None:
+        self._client._call(self.transaction.commit())
+
+    def abort(self) -> None:
+        self._client._call(self.transaction.abort())
+
+    def __enter__(self) -> BlockingTransaction:
+        return self.begin()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._client._call(self.transaction.__aexit__(t, e, tb))

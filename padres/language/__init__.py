@@ -1,0 +1,1 @@
+"""The PADRES text language: the parser, batches of lines, and the stock quote data set."""

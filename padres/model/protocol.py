@@ -1,0 +1,702 @@
+"""The messages brokers and clients exchange besides the language's own, and their frames.
+
+A connection carries frames; a frame is one JSON message object or a JSON array of them (a
+batch). The language's messages (publication, subscription, ...) are declared in
+``padres.model.messages``; the ones here add sessions, replies, deliveries and the routing messages
+brokers send each other. Each is a struct whose declaration is its JSON form
+(``padres.model.codec``):
+adding a message is declaring it and naming it in ``Envelope``. ``docs/protocol.md`` describes
+every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Final, TypeAlias
+
+import msgspec
+
+from padres.errors import InvalidMessage
+from padres.model.classes import Attributes, Schema, check_class, parse_attributes
+from padres.model.codec import (
+    MAX_FRAME_BYTES,
+    MAX_FRAME_MESSAGES,
+    Codec,
+    Rejected,
+    encode_frame,
+    to_dict,
+)
+from padres.model.messages import (
+    Advertisement,
+    Filter,
+    Message,
+    Publication,
+    Subscription,
+    TimeWindow,
+    WireMessage,
+    check_id,
+)
+from rete.operators import Value
+
+__all__ = [
+    "ENVELOPES",
+    "MAX_FRAME_BYTES",
+    "MAX_FRAME_MESSAGES",
+    "Ack",
+    "CompositeNotify",
+    "DeclareSchema",
+    "DropSchema",
+    "Durable",
+    "Echo",
+    "Envelope",
+    "Error",
+    "ExceptionAction",
+    "ExceptionEntry",
+    "ExceptionReport",
+    "Exceptions",
+    "Failed",
+    "Guaranteed",
+    "Hello",
+    "Notify",
+    "Ok",
+    "Outcome",
+    "Query",
+    "QueryResult",
+    "Recover",
+    "Recovered",
+    "Rejected",
+    "ReplayBatch",
+    "ReplayDone",
+    "ReplayEnd",
+    "ReplayOffer",
+    "ReplayRequest",
+    "Retry",
+    "Role",
+    "RouteAdvertise",
+    "RoutePublish",
+    "RouteSchema",
+    "RouteSubscribe",
+    "RouteTxPublish",
+    "RouteUnadvertise",
+    "RouteUnsubscribe",
+    "Span",
+    "Subscribe",
+    "TxAbort",
+    "TxBegin",
+    "TxCommit",
+    "TxEnded",
+    "TxNotify",
+    "TxPublish",
+    "Visibility",
+    "Welcome",
+    "decode_frame",
+    "encode_frame",
+    "envelope_from_dict",
+    "envelope_to_dict",
+    "websocket_url",
+]
+
+Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
+"""A count, a sequence number or a journal position: never negative."""
+
+
+class Role(StrEnum):
+    CLIENT = "client"
+    BROKER = "broker"
+
+
+class Outcome(StrEnum):
+    """Where a transactional publication stands: its transaction is still open, or over."""
+
+    PENDING = "pending"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Visibility(StrEnum):
+    """Which transactional publications a subscription sees (``docs/transactions.md``).
+
+    ``on_commit``: those of committed transactions, once committed (the default);
+    ``immediate``: every one at once (``pending``), then again with its outcome;
+    ``on_abort``: those of aborted transactions, once aborted (to compensate)."""
+
+    ON_COMMIT = "on_commit"
+    IMMEDIATE = "immediate"
+    ON_ABORT = "on_abort"
+
+
+class Hello(WireMessage, frozen=True, tag="hello"):
+    """The first message of a connection: who is connecting, as a client or as a broker.
+
+    A broker with accounts (``docs/security.md``) wants ``user`` and ``password``, or a
+    ``token`` alone; the account must own ``name``."""
+
+    name: str
+    role: Role = Role.CLIENT
+    user: str = ""
+    password: str = ""
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        check_id(self.name, "client or broker name")
+        if not isinstance(self.role, Role):
+            raise InvalidMessage(f"role must be 'client' or 'broker', not {self.role!r}")
+
+    def __repr__(self) -> str:
+        secret = ", password=..." if self.password else ", token=..." if self.token else ""
+        return f"Hello(name={self.name!r}, role={self.role!r}, user={self.user!r}{secret})"
+
+
+class Welcome(WireMessage, frozen=True, tag="welcome"):
+    """The broker's answer to ``Hello``: its id and the session's name there."""
+
+    broker: str
+    session: str
+
+
+class Ok(WireMessage, frozen=True, tag="ok"):
+    """A request (subscribe, advertise, ...) identified by ``ref`` was accepted.
+
+    An advertisement or subscription is acknowledged once its routing has settled across the
+    overlay; ``incomplete`` says why it could not settle everywhere (a link lost on the way)."""
+
+    ref: str
+    incomplete: tuple[str, ...] = ()
+
+
+class Error(WireMessage, frozen=True, tag="error"):
+    """A message was refused; ``ref`` is its id when it had one, ``text`` says why."""
+
+    text: str
+    ref: str = ""
+
+
+class Notify(WireMessage, frozen=True, tag="notify"):
+    """A publication delivered to a client, with the ids of its subscriptions it matched.
+
+    ``seq`` numbers the deliveries of a durable subscription (its only subscription then),
+    from 1; the client acknowledges them with ``Ack``. It is 0 for other deliveries."""
+
+    publication: Publication
+    subscriptions: tuple[str, ...]
+    seq: Count = 0
+
+
+class TxNotify(Notify, frozen=True, kw_only=True, tag="tx_notify"):
+    """A publication of transaction ``tx`` delivered to a client: ``outcome`` is ``pending``
+    while the transaction is open (to ``immediate`` subscriptions), else how it ended."""
+
+    tx: str
+    outcome: Outcome
+
+
+class Subscribe(WireMessage, frozen=True, tag="subscribe"):
+    """Make ``subscription`` with options: ``visibility`` of transactional publications.
+
+    A plain ``subscription`` is the same with the default visibility, ``on_commit``."""
+
+    subscription: Subscription
+    visibility: Visibility = Visibility.ON_COMMIT
+
+
+class TxBegin(WireMessage, frozen=True, tag="tx_begin"):
+    """Open transaction ``tx`` (the client's id for it). Answered by ``ok``, or by
+    ``tx_ended`` when a limit refuses it."""
+
+    tx: str
+
+    def __post_init__(self) -> None:
+        check_id(self.tx, "transaction id")
+
+
+class TxPublish(WireMessage, frozen=True, tag="tx_publish"):
+    """A publication made in open transaction ``tx``; no reply (``tx_ended`` if refused)."""
+
+    tx: str
+    publication: Publication
+
+
+class TxCommit(WireMessage, frozen=True, tag="tx_commit"):
+    """Commit ``tx``, which holds ``count`` publications (fewer at the broker: some were lost
+    with a connection, and the transaction is aborted). Answered by ``ok`` once every
+    publication is on disk, or by ``tx_ended`` if the transaction was aborted."""
+
+    tx: str
+    count: Count
+
+
+class TxAbort(WireMessage, frozen=True, tag="tx_abort"):
+    """Abort ``tx``. Answered by ``ok``."""
+
+    tx: str
+
+
+class TxEnded(WireMessage, frozen=True, tag="tx_ended"):
+    """To a client: its transaction ``tx`` is over, or could not begin; ``reason`` says why
+    (the broker aborted it: a timeout, a limit, a refused publication). ``limit``: a limit
+    refused it."""
+
+    tx: str
+    outcome: Outcome
+    reason: str = ""
+    limit: bool = False
+
+
+class Guaranteed(WireMessage, frozen=True, tag="guaranteed"):
+    """A publication to be delivered exactly once, in order, to every matching durable
+    subscription. The broker answers ``Ok(publication.id)`` once it is on disk."""
+
+    publication: Publication
+
+
+class Durable(WireMessage, frozen=True, tag="durable"):
+    """Make, or resume, the durable subscription ``subscription`` (its id is its name).
+
+    The broker keeps it and what it matches while the client is away; ``acked``: the client
+    has everything up to that delivery number, the broker resends what follows."""
+
+    subscription: Subscription
+    acked: Count = 0
+    visibility: Visibility = Visibility.ON_COMMIT
+    """Which transactional publications it sees."""
+
+
+class Ack(WireMessage, frozen=True, tag="ack"):
+    """The client has processed the deliveries of durable subscription ``subscription`` up to
+    ``seq``: the broker may forget them."""
+
+    subscription: str
+    seq: Count
+
+
+class Failed(WireMessage, frozen=True, tag="failed"):
+    """The handler of subscription ``subscription`` failed on ``publication`` ``attempts``
+    times, the last time with ``error``: the broker puts it into the subscription's exception
+    queue and answers ``Ok(ref)`` (a ``ref`` sent again is recognised). ``seq``: the delivery
+    number of a durable subscription, acknowledged in the same journal transaction. ``entry``:
+    an entry of the queue delivered again (``Retry``) that failed again: it is updated."""
+
+    ref: str
+    subscription: str
+    publication: Publication
+    error: str
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+    seq: Count = 0
+    entry: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+
+
+EntryId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+"""The id of an entry of an exception queue."""
+MAX_ENTRIES_NAMED: Final = 1000
+"""Entries one ``Exceptions`` request may name."""
+
+
+class ExceptionAction(StrEnum):
+    LIST = "list"
+    REPLAY = "replay"
+    PURGE = "purge"
+
+
+class Exceptions(WireMessage, frozen=True, tag="exceptions"):
+    """List, replay or purge the exception queue of subscription ``subscription`` of client
+    ``client`` at this broker (the sender's own when empty); ``entries``: only those (all when
+    empty); a list gives the entries after ``after``, ``limit`` at most. Answered with
+    ``ExceptionReport``."""
+
+    ref: str
+    subscription: str
+    action: ExceptionAction = ExceptionAction.LIST
+    entries: Annotated[tuple[EntryId, ...], msgspec.Meta(max_length=MAX_ENTRIES_NAMED)] = ()
+    client: str = ""
+    after: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+class ExceptionEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One publication in an exception queue: the handler's last ``error``, how many
+    ``attempts`` it has had, when it last failed (``at``, Unix seconds), and whether it is
+    being delivered again (``replaying``)."""
+
+    id: EntryId
+    publication: Publication
+    error: str
+    attempts: Count
+    at: float
+    replaying: bool = False
+
+
+class ExceptionReport(WireMessage, frozen=True, tag="exception_report"):
+    """The answer to ``Exceptions``: the entries listed (``more``: there are more after the
+    last), the entries replayed or purged (``affected``), the queue's length and bytes, and
+    how many of its oldest entries were dropped because it was full."""
+
+    ref: str
+    subscription: str
+    entries: tuple[ExceptionEntry, ...] = ()
+    more: bool = False
+    affected: Count = 0
+    length: Count = 0
+    bytes: Count = 0
+    dropped: Count = 0
+
+
+class Retry(WireMessage, frozen=True, tag="retry"):
+    """To a client: entry ``entry`` of the exception queue of subscription ``subscription``,
+    delivered again through its handler. The client answers ``Failed`` with ``entry`` (it
+    failed again) or ``Exceptions`` purging it (it was handled)."""
+
+    subscription: str
+    entry: EntryId
+    publication: Publication
+    attempts: Count
+
+
+class CompositeNotify(WireMessage, frozen=True, tag="composite_notify"):
+    """A composite subscription completed by ``publications`` under ``bindings``."""
+
+    subscription: str
+    publications: tuple[Publication, ...]
+    bindings: Mapping[str, Value]
+
+
+class Query(WireMessage, frozen=True, tag="query"):
+    """Ask a broker for its tables: ``what`` is 'subscriptions', 'advertisements' or
+    'schemas' (the schemas of typed classes it knows)."""
+
+    what: str
+
+    def __post_init__(self) -> None:
+        if self.what not in ("subscriptions", "advertisements", "schemas"):
+            raise InvalidMessage(
+                "query what must be 'subscriptions', 'advertisements' or 'schemas', "
+                f"not {self.what!r}"
+            )
+
+
+class QueryResult(WireMessage, frozen=True, tag="query_result"):
+    """Rows of a routing table, as text: one row per entry."""
+
+    what: str
+    rows: tuple[str, ...]
+
+
+class RouteAdvertise(WireMessage, frozen=True, tag="route_advertise"):
+    """An advertisement flooded along ``tree``; ``path`` lists the brokers it has crossed.
+
+    ``replay`` names the database that offers to replay what the advertisement describes; it
+    is empty for a publisher's advertisement."""
+
+    advertisement: Advertisement
+    tree: str
+    path: tuple[str, ...]
+    replay: str = ""
+    echo: str = ""
+    """The token the receiver echoes back once the advertisement has settled beyond it."""
+    period: Span | None = None
+    """For a replay offer: the publication times it holds (any when None)."""
+
+
+class Span(msgspec.Struct, frozen=True):
+    """The publication times a replay offer holds: from ``first`` to ``last`` (Unix seconds,
+    both included)."""
+
+    first: float
+    last: float
+
+    SLACK: ClassVar[float] = 1e-3
+    """Seconds either side taken as inside: a float's rounding must not skip a publication."""
+
+    def __post_init__(self) -> None:
+        if not self.first <= self.last:
+            raise InvalidMessage(f"a period cannot end ({self.last}) before it starts")
+
+    def meets(self, window: TimeWindow | None) -> bool:
+        """Whether a publication of this period may fall in ``window``."""
+        if window is None:
+            return True
+        if window.end is not None and self.first - self.SLACK >= window.end.timestamp():
+            return False
+        return window.start is None or self.last + self.SLACK >= window.start.timestamp()
+
+
+class ReplayOffer(WireMessage, frozen=True, tag="replay_offer"):
+    """A client (a database) offers to replay stored publications matching ``advertisement``,
+    and published within ``period`` if it is given (an archive's); it is withdrawn with
+    ``Unadvertise``."""
+
+    advertisement: Advertisement
+    period: Span | None = None
+
+
+class ReplayRequest(WireMessage, frozen=True, tag="replay_request"):
+    """A historic query on its way to ``database`` up the replay tree ``tree``.
+
+    ``subscription`` holds the request's overlay-wide id and its filter with the time window.
+    The database answers once its clock reads ``ready_at`` (Unix seconds), so what was still
+    on its way when the subscription was made is stored first.
+
+    ``not_before`` (Unix seconds) bounds how far back the requester may read, from its history
+    grants (``docs/security.md``): the database answers nothing published earlier, whatever
+    the window asks for."""
+
+    subscription: Subscription
+    tree: str
+    database: str
+    ready_at: float
+    not_before: float | None = None
+
+    def query(self) -> Filter | None:
+        """What the database answers: the subscription's filter, its window starting no earlier
+        than ``not_before``; None when nothing is left of it."""
+        flt = self.subscription.filter
+        if self.not_before is None:
+            return flt
+        bound = datetime.fromtimestamp(self.not_before, UTC)
+        window = flt.window or TimeWindow()
+        if window.start is not None and window.start >= bound:
+            return flt
+        if window.end is not None and window.end <= bound:
+            return None
+        return Filter(flt.predicates, TimeWindow(bound, window.end))
+
+
+class ReplayBatch(WireMessage, frozen=True, tag="replay_batch"):
+    """Stored publications answering request ``request``, in time order, on the way back."""
+
+    request: str
+    database: str
+    publications: tuple[Publication, ...]
+
+
+class ReplayEnd(WireMessage, frozen=True, tag="replay_end"):
+    """``database`` finished request ``request`` after ``count`` publications, or failed
+    (``error`` says why)."""
+
+    request: str
+    database: str
+    count: Count
+    error: str = ""
+
+
+class ReplayDone(WireMessage, frozen=True, tag="replay_done"):
+    """To a client: the past of ``subscription`` has been delivered (``count`` deliveries).
+
+    ``databases`` answered in full; ``failed`` lists ``"<database>: <why>"`` for those that
+    did not finish."""
+
+    subscription: str
+    count: Count
+    databases: tuple[str, ...]
+    failed: tuple[str, ...] = ()
+    live: bool = False
+    """Whether live deliveries follow (a hybrid subscription); if not, the subscription is
+    over and its id free again."""
+
+
+class RouteUnadvertise(WireMessage, frozen=True, tag="route_unadvertise"):
+    """An advertisement withdrawn from ``tree``; ``lost``: withdrawn because a link failed."""
+
+    advertisement_id: str
+    tree: str
+    lost: bool = False
+
+
+class RouteSubscribe(WireMessage, frozen=True, tag="route_subscribe"):
+    """A subscription sent toward the roots of ``trees`` (advertisement trees)."""
+
+    subscription: Subscription
+    trees: tuple[str, ...]
+    echo: str = ""
+    """The token the receiver echoes back once the subscription has settled beyond it."""
+
+
+class RouteUnsubscribe(WireMessage, frozen=True, tag="route_unsubscribe"):
+    subscription_id: str
+    trees: tuple[str, ...]
+
+
+class Echo(WireMessage, frozen=True, tag="echo"):
+    """The answer to a routing message carrying ``echo``: what it set off has settled beyond
+    the receiver; ``incomplete`` names links lost before it could."""
+
+    token: str
+    incomplete: tuple[str, ...] = ()
+
+
+class RoutePublish(WireMessage, frozen=True, tag="route_publish"):
+    """A publication travelling down ``tree``, the tree of an advertisement it conforms to."""
+
+    publication: Publication
+    tree: str
+    position: Count = 0
+    """For a guaranteed publication: its position in the journal of the tree's root broker."""
+
+
+class RouteTxPublish(WireMessage, frozen=True, tag="route_tx_publish"):
+    """A publication of transaction ``tx`` travelling down ``tree``: ``pending`` (to
+    ``immediate`` subscriptions only) while it is open, then again with its outcome; a
+    committed one is guaranteed (``position`` in the journal of the tree's root)."""
+
+    publication: Publication
+    tree: str
+    tx: str
+    outcome: Outcome
+    position: Count = 0
+
+
+class Recover(WireMessage, frozen=True, tag="recover"):
+    """A durable subscription's broker asks the root of ``tree`` for the guaranteed
+    publications matching ``subscription`` after journal position ``after``, accepted at
+    ``since`` (Unix seconds) or later."""
+
+    request: str
+    subscription: Subscription
+    tree: str
+    after: Count
+    limit: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    since: float = 0.0
+
+
+class Recovered(WireMessage, frozen=True, tag="recovered"):
+    """The answer to ``Recover``, on its way back: publications with their positions.
+
+    ``head`` is the journal's last position when it answered; ``more``: ask again after the
+    last one; ``lost``: publications after ``after`` were already gone from the journal."""
+
+    request: str
+    tree: str
+    publications: tuple[Publication, ...]
+    positions: tuple[Count, ...]
+    head: Count
+    more: bool = False
+    lost: bool = False
+    error: str = ""
+    transactions: tuple[str, ...] = ()
+    """The transaction of each publication ("" for none), or empty when none has one."""
+
+    def __post_init__(self) -> None:
+        if len(self.positions) != len(self.publications):
+            raise InvalidMessage(
+                f"{len(self.publications)} publications need as many positions, "
+                f"not {len(self.positions)}"
+            )
+        if self.transactions and len(self.transactions) != len(self.publications):
+            raise InvalidMessage(
+                f"{len(self.publications)} publications need as many transactions, "
+                f"not {len(self.transactions)}"
+            )
+
+
+class DeclareSchema(WireMessage, frozen=True, tag="declare_schema"):
+    """Declare the schema of class ``class_name`` (``"class"`` in JSON), or widen the one in
+    force; answered by ``ok`` once every reachable broker knows it (see
+    ``padres.model.classes``)."""
+
+    id: str
+    class_name: str = msgspec.field(name="class")
+    attributes: Attributes
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "declaration id")
+        check_class(self.class_name)
+        parse_attributes(self.attributes)  # refuses reserved or invalid names
+
+
+class DropSchema(WireMessage, frozen=True, tag="drop_schema"):
+    """Drop the schema of class ``class_name`` (an administrator's right): the class is untyped
+    again at every broker; answered by ``ok`` once every reachable broker knows it."""
+
+    id: str
+    class_name: str = msgspec.field(name="class")
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "drop id")
+        check_class(self.class_name)
+
+
+class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
+    """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
+    version, or merges versions declared apart (see ``padres.broker.schemas``)."""
+
+    schema: Schema
+    echo: str = ""
+    """The token the receiver echoes back once every neighbour it passed the schema on to has
+    echoed."""
+
+
+Envelope: TypeAlias = (
+    Message
+    | Hello
+    | Welcome
+    | Ok
+    | Error
+    | Notify
+    | TxNotify
+    | CompositeNotify
+    | Query
+    | QueryResult
+    | RouteAdvertise
+    | RouteUnadvertise
+    | RouteSubscribe
+    | RouteUnsubscribe
+    | RoutePublish
+    | Echo
+    | Guaranteed
+    | Durable
+    | Ack
+    | Failed
+    | Exceptions
+    | ExceptionReport
+    | Retry
+    | Recover
+    | Recovered
+    | ReplayOffer
+    | ReplayRequest
+    | ReplayBatch
+    | ReplayEnd
+    | ReplayDone
+    | DeclareSchema
+    | DropSchema
+    | RouteSchema
+    | Subscribe
+    | TxBegin
+    | TxPublish
+    | TxCommit
+    | TxAbort
+    | TxEnded
+    | RouteTxPublish
+)
+
+
+ENVELOPES: Final[Codec[Envelope]] = Codec(Envelope)
+"""The codec of every message a connection carries."""
+
+
+def envelope_to_dict(message: Envelope) -> dict[str, Any]:
+    """The message as a JSON-ready dict with ``v`` and ``type``."""
+    return to_dict(message)
+
+
+def envelope_from_dict(obj: Any) -> Envelope:
+    """The message a decoded JSON object describes; raises ``DecodeError``."""
+    return ENVELOPES.from_dict(obj)
+
+
+def decode_frame(
+    data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES, checked: bool = False
+) -> list[Envelope | Rejected]:
+    """The messages of a frame, in order; one that does not decode is ``Rejected`` in its place.
+
+    A frame that is too large or not JSON at all raises ``DecodeError``: nothing in it is used.
+    ``checked``: the frame comes from a broker, which checked its publications at its edge
+    (``padres.model.messages.checked_before``).
+    """
+    return ENVELOPES.decode_frame(data, max_bytes, checked=checked)
+
+
+def websocket_url(url: str) -> str:
+    """``ws://host:port`` or ``ws://host:port/ws``: a broker's WebSocket endpoint."""
+    url = url.rstrip("/")
+    return url if url.endswith("/ws") else f"{url}/ws"

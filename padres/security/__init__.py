@@ -1,0 +1,1 @@
+"""Security: accounts, credentials and grants, and TLS contexts."""
