@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,archive]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,web,history,archive]'
 	# experta 1.9.4 pins frozendict==1.2, which fails to import on Python >= 3.10.
 	# Its real needs (frozendict>=2.4, schema>=0.7) come with the dev extras above.
 	$(BIN)/python -m pip install --quiet --no-deps experta==1.9.4
@@ -20,6 +20,7 @@ test: lint typecheck unit
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy padres rete historic web spark tests scenarios

@@ -32,7 +32,10 @@ Hierarchy::
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
+    "EXTRAS",
     "AccountsError",
     "AuthenticationError",
     "CommandError",
@@ -55,6 +58,7 @@ __all__ = [
     "TransactionError",
     "TransactionLimit",
     "UnknownId",
+    "missing",
 ]
 
 
@@ -236,6 +240,27 @@ class StorageError(PadresError):
 
 class JournalError(StorageError):
     """A broker's journal failed."""
+
+
+EXTRAS: Final = {
+    "fastapi": "web",
+    "starlette": "web",
+    "prometheus_client": "web",
+    "sqlalchemy": "history",
+    "psycopg": "history",
+    "pyspark": "archive",
+    "pyarrow": "archive",
+    "nats": "dev",
+}
+"""The extra of the ``padres`` distribution that brings each optional package."""
+
+
+def missing(exc: ModuleNotFoundError) -> str:
+    """What to install for a part whose optional packages are missing, in one line."""
+    package = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(package)
+    hint = f"pip install 'padres[{extra}]'" if extra else "install padres with its extras"
+    return f"it needs {package or 'a package'}, which is not installed ({hint})"
 
 
 class CommandError(PadresError):

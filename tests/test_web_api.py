@@ -19,6 +19,7 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
+from padres.client.connection import BlockingClient
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 ORDERS = "[class,eq,'Order']"
@@ -191,6 +192,40 @@ def test_a_publication_at_one_broker_reaches_an_sse_subscriber_at_another(
     assert aid not in [a["id"] for a in httpx.get(f"{b1}/api/v1/advertisements").json()]
     r = httpx.post(f"{b1}/api/v1/publications?client=quotes", json={"class": "STOCK", "price": 1})
     _problem(r, 409, "quotes@B1", "advertise")
+
+
+def test_rest_and_websocket_clients_apply_one_conformity_rule(overlay: WebOverlay) -> None:
+    """A publication that leaves out an advertised attribute conforms (PADRES' rule), whether
+    it comes through REST or through the WebSocket client; one that breaks a predicate of the
+    advertisement does not, either way."""
+    b1 = overlay.http("B1")
+    advertisement = "[class,eq,'partial'],[price,<,100],[amount,>,100]"
+    _advertise(b1, advertisement, "rest-partial")
+    wanted = {"class": "partial", "price": 80}
+    with (
+        BlockingClient(overlay.brokers["B3"].url, "partial-reader") as reader,
+        BlockingClient(overlay.brokers["B1"].url, "ws-partial") as writer,
+    ):
+        handle = reader.subscribe("[class,eq,'partial']")
+        writer.advertise(advertisement)
+
+        def routed() -> bool:
+            rows = httpx.get(f"{b1}/api/v1/routing", params={"search": "partial"}).json()
+            return bool(rows["rows"])
+
+        eventually(routed, what="the subscription at B3 is in B1's routing table")
+        r = httpx.post(f"{b1}/api/v1/publications?client=rest-partial", json=wanted)
+        assert r.status_code == 201, r.text
+        writer.publish("[class,'partial'],[price,80]")
+        got = [d.publication.attributes for d in reader.deliveries(handle, timeout=5)]
+        assert got == [wanted, wanted]
+        r = httpx.post(
+            f"{b1}/api/v1/publications?client=rest-partial", json={**wanted, "price": 150}
+        )
+        _problem(r, 409, "rest-partial@B1", "advertise")
+        writer.publish("[class,'partial'],[price,150]")
+        writer.flush(5)
+        assert list(reader.deliveries(handle, timeout=1)) == []
 
 
 def test_a_composite_subscription_over_websocket(overlay: WebOverlay) -> None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from padres.errors import InvalidMessage, SchemaViolation
-from padres.matching.matcher import matches
 from padres.model.classes import SCHEMA_CLASS, check_publication
 from padres.model.messages import (
     Advertisement,
@@ -134,17 +133,6 @@ class Clients:
             if why is not None:
                 raise Problem(403, "forbidden", why)
 
-    def _conforms(self, session: LocalSession, pub: Publication) -> bool:
-        broker = self.node.broker
-        if not broker.conformity:
-            return True
-        state = broker.sessions.get(session.hop)
-        for gid in state.advertisements.values() if state else ():
-            tree = broker.trees.tree_of(gid)
-            if tree is not None and matches(tree.advertisements[gid].filter, pub):
-                return True
-        return False
-
     async def publish(
         self,
         client: str,
@@ -167,7 +155,7 @@ class Clients:
         strays = [
             {"where": f"publications[{i}]", "reason": f"publication {p.id} conforms to none"}
             for i, p in enumerate(publications)
-            if not self._conforms(session, p)
+            if not self.node.broker.conforming(session.hop, p)
         ]
         if strays:
             raise Problem(

@@ -583,6 +583,15 @@ class Broker:
             ]
         return self._deliver(pub, tree, session.hop)
 
+    def conforming(self, hop: str, pub: Publication) -> bool:
+        """Whether the client at ``hop`` may publish ``pub`` as far as conformity goes: it
+        conforms to one of its advertisements, or the broker does not check. The one rule the
+        core applies, for callers that check before they hand publications over."""
+        session = self.sessions.get(hop)
+        if not self.conformity:
+            return True
+        return session is not None and self._tree_for(pub, session) is not None
+
     def _tree_for(self, pub: Publication, session: Session, strict: bool = False) -> str | None:
         """The tree of an advertisement of the publisher that ``pub`` conforms to.
 

@@ -48,7 +48,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from padres.broker import Broker, Out
-from padres.errors import AuthenticationError, DecodeError
+from padres.errors import AuthenticationError, DecodeError, missing
 from padres.model.protocol import (
     MAX_FRAME_BYTES,
     MAX_FRAME_MESSAGES,
@@ -344,7 +344,12 @@ class BrokerNode:
             return
         self._extended = True
         for extension in entry_points(group=EXTENSIONS):
-            extension.load()(self)
+            try:
+                install = extension.load()
+            except ModuleNotFoundError as exc:  # its extra is not installed: serve without it
+                log.info("%s: %s not served: %s", self.broker.id, extension.name, missing(exc))
+                continue
+            install(self)
 
     async def _tick(self) -> None:
         while True:
