@@ -39,7 +39,7 @@ from msgspec.structs import force_setattr, replace
 
 from padres.broker.dead_letters import ExceptionQueues
 from padres.broker.durable import REFRESH, Durables
-from padres.broker.guard import Guard, admin_refusal, reference, routing_filter
+from padres.broker.guard import Guard, admin_refusal, routing_filter
 from padres.broker.history import History, Watch, composite_network
 from padres.broker.journal import Journal, Tag
 from padres.broker.quotas import Quotas
@@ -106,6 +106,7 @@ from padres.model.protocol import (
     Visibility,
     Welcome,
 )
+from padres.model.requests import reference
 from padres.security.accounts import Account, Accounts, Credentials
 from rete import CompositeLimits, Network
 

@@ -21,29 +21,24 @@ from padres.model.messages import (
     CompositeSubscription,
     Filter,
     Predicate,
-    Publication,
-    Subscription,
 )
 from padres.model.printer import format_filter, format_message
 from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
-    Durable,
     Envelope,
     Exceptions,
     Failed,
-    Guaranteed,
     Hello,
     Query,
     ReplayBatch,
     ReplayOffer,
-    Subscribe,
-    TxPublish,
 )
+from padres.model.requests import publication_of, subscription_of
 from padres.security.accounts import CONTROL_CLASS, Account, Accounts, Grants, format_age
 from rete.operators import Op
 
-__all__ = ["CLOCK_SKEW", "Guard", "Reach", "admin_refusal", "reference", "routing_filter"]
+__all__ = ["CLOCK_SKEW", "Guard", "Reach", "admin_refusal", "routing_filter"]
 
 CLOCK_SKEW: Final = 60.0
 """Seconds a historic subscription may start before what its history grant allows and still
@@ -124,12 +119,15 @@ class Guard:
         """Why ``account`` may not send ``message`` at ``now``, or None if it may."""
         grants = self.current(account)
         who = f"user {account.name!r}"
+        pub = publication_of(message)
+        if pub is not None:
+            if grants.may_publish(pub):
+                return None
+            return _missing(who, "publish", format_message(pub), pub.class_name, "matches")
+        sub = subscription_of(message)
+        if sub is not None:
+            return self._subscription(who, grants, sub.filter, now)
         match message:
-            case Publication() | Guaranteed() | TxPublish():
-                pub = message if isinstance(message, Publication) else message.publication
-                if grants.may_publish(pub):
-                    return None
-                return _missing(who, "publish", format_message(pub), pub.class_name, "matches")
             case Advertisement():
                 if grants.may_advertise(message.filter):
                     return None
@@ -140,10 +138,6 @@ class Guard:
                 if grants.may_offer(flt):
                     return None
                 return f"{who} may not offer to replay {_text(flt)}: no replay grant covers it"
-            case Subscription():
-                return self._subscription(who, grants, message.filter, now)
-            case Durable() | Subscribe():
-                return self._subscription(who, grants, message.subscription.filter, now)
             case CompositeSubscription():
                 for part in message.filters:
                     why = self._subscription(who, grants, routing_filter(part), now)
@@ -209,32 +203,6 @@ class Guard:
         if grant is None or grant.max_age is None:
             return None
         return now - grant.max_age
-
-
-def reference(message: Envelope) -> str:
-    """The id an answer to ``message`` refers to (empty for a message without one; a query's
-    is ``?<what>``)."""
-    match message:
-        case (
-            Publication()
-            | Subscription()
-            | Advertisement()
-            | CompositeSubscription()
-            | DeclareSchema()
-            | DropSchema()
-        ):
-            return message.id
-        case Guaranteed() | TxPublish():
-            return message.publication.id
-        case Durable() | Subscribe():
-            return message.subscription.id
-        case ReplayOffer():
-            return message.advertisement.id
-        case Query():
-            return f"?{message.what}"
-        case Exceptions():
-            return message.ref
-    return ""
 
 
 def admin_refusal(grants: Grants, who: str, action: str) -> str | None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from padres.broker.session import Session
 from padres.model.messages import Advertisement, CompositeSubscription, Subscription
-from padres.model.protocol import Durable, Envelope, Error, Subscribe
+from padres.model.protocol import Envelope, Error
+from padres.model.requests import subscription_of
 
 __all__ = ["Quotas"]
 
@@ -40,13 +41,12 @@ class Quotas:
         """The error refusing ``message`` if it would take ``session`` over a quota; its
         client keeps ``durables`` durable subscriptions (a durable one taken up again is not
         counted: the caller does not ask for it)."""
-        match message:
+        asked = subscription_of(message) or message
+        match asked:
             case Subscription() | CompositeSubscription():
-                ident, what, limit = message.id, "subscriptions", self.subscriptions
-            case Subscribe() | Durable():
-                ident, what, limit = message.subscription.id, "subscriptions", self.subscriptions
+                ident, what, limit = asked.id, "subscriptions", self.subscriptions
             case Advertisement():
-                ident, what, limit = message.id, "advertisements", self.advertisements
+                ident, what, limit = asked.id, "advertisements", self.advertisements
             case _:
                 return None
         held = (

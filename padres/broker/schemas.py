@@ -29,7 +29,6 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from padres.broker.guard import reference
 from padres.broker.journal import Journal
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Out
@@ -49,15 +48,13 @@ from padres.model.messages import Advertisement, CompositeSubscription, Publicat
 from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
-    Durable,
     Echo,
     Envelope,
     Error,
-    Guaranteed,
     RouteSchema,
-    Subscribe,
     TxPublish,
 )
+from padres.model.requests import publication_of, reference, subscription_of
 
 __all__ = ["Declaration", "Schemas"]
 
@@ -109,26 +106,28 @@ class Schemas:
             return Error(str(exc), reference(message))
 
     def _screen(self, message: Envelope) -> Declaration | None:
-        match message:  # publications first: most messages are
-            case Publication() | Guaranteed() | TxPublish():
-                pub = message if isinstance(message, Publication) else message.publication
-                if pub.class_name != SCHEMA_CLASS:
-                    self._check_publication(pub)
-                elif isinstance(message, TxPublish):
-                    raise InvalidMessage(
-                        f"a {SCHEMA_CLASS} publication declares a schema: it cannot be part "
-                        "of a transaction"
-                    )
-                else:
-                    return Declaration(pub.id, *declared_by(pub))
+        pub = publication_of(message)  # publications first: most messages are
+        if pub is not None:
+            if pub.class_name != SCHEMA_CLASS:
+                self._check_publication(pub)
+                return None
+            if isinstance(message, TxPublish):
+                raise InvalidMessage(
+                    f"a {SCHEMA_CLASS} publication declares a schema: it cannot be part of a "
+                    "transaction"
+                )
+            return Declaration(pub.id, *declared_by(pub))
+        sub = subscription_of(message)
+        if sub is not None:
+            self._check_filter(sub)
+            return None
+        match message:
             case DeclareSchema():
                 return Declaration(message.id, message.class_name, message.attributes)
             case DropSchema():
                 return Declaration(message.id, message.class_name, None)
-            case Subscription() | Advertisement():
+            case Advertisement():
                 self._check_filter(message)
-            case Durable() | Subscribe():
-                self._check_filter(message.subscription)
             case CompositeSubscription():
                 for i, flt in enumerate(message.filters, 1):
                     schema = self.get(flt.class_name)

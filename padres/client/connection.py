@@ -104,6 +104,7 @@ from padres.model.protocol import (
     encode_frame,
     websocket_url,
 )
+from padres.model.requests import reference
 from padres.runtime.backoff import Backoff
 from padres.security.accounts import Credentials
 from padres.security.tls import client_context, secure
@@ -365,7 +366,7 @@ class Client:
                         done = self._subs[message.subscription.id].resume()
                         message = replace(message, acked=done)
                     try:
-                        await self._request(_ref(message), message, recovering=True)
+                        await self._request(reference(message), message, recovering=True)
                     except RequestFailed as exc:
                         self._refused_again(key, exc)
                 self.state = ClientState.OPEN
@@ -895,18 +896,6 @@ def _quiet(task: asyncio.Task[None]) -> None:
     """An acknowledgement that could not be sent is sent again after the reconnect."""
     if not task.cancelled() and task.exception() is not None:
         log.debug("acknowledgement not sent: %s", task.exception())
-
-
-def _ref(message: Envelope) -> str:
-    if isinstance(message, ReplayOffer):
-        return message.advertisement.id
-    if isinstance(message, (Durable, Subscribe)):
-        return message.subscription.id
-    return (
-        message.id
-        if isinstance(message, (Advertisement, Subscription, CompositeSubscription))
-        else ""
-    )
 
 
 def _sid(subscription: str | SubscriptionHandle) -> str:
