@@ -48,7 +48,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -56,11 +56,12 @@ from typing import Any, Final
 from historic.errors import StoreError
 from historic.store import Store, Written
 from padres.client.connection import Client, Delivery
+from padres.client.replay import responder
 from padres.errors import ConnectionLost, ParseError, RequestFailed
 from padres.language.parser import parse_filter
-from padres.model.messages import Publication
+from padres.model.messages import Filter, Publication
 from padres.model.printer import format_filter
-from padres.model.protocol import Notify, ReplayBatch, ReplayEnd, ReplayRequest
+from padres.model.protocol import Notify, ReplayRequest
 from padres.runtime.backoff import Backoff
 
 __all__ = ["CONTROL", "STATUS", "Counts", "DatabaseNode", "Writer"]
@@ -227,11 +228,18 @@ class DatabaseNode:
         self.writer = Writer(store, db_id, batch=batch, flush_every=flush_every)
         self.specs: dict[str, str] = {}
         """Normalized spec text -> the id of its subscription (and of its replay offer)."""
-        self.replayed = 0
         self._replies = 0
         self._flusher: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        client.on_replay = self._on_replay
+        self.name = "store"
+        self.replies = responder(client, db_id, batch=batch)
+        """Answers the historic queries routed here, from the store (a ``ReplaySource``)."""
+        self.replies.add(self)
+
+    @property
+    def replayed(self) -> int:
+        """Publications sent in answers to historic queries so far."""
+        return self.replies.replayed
 
     @property
     def counts(self) -> Counts:
@@ -261,6 +269,7 @@ class DatabaseNode:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.replies.stop()
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -292,49 +301,19 @@ class DatabaseNode:
 
     # -- replay ------------------------------------------------------------------------------
 
-    def _on_replay(self, request: ReplayRequest) -> None:
-        self._spawn(self._replay(request))
-
-    async def _replay(self, request: ReplayRequest) -> None:
-        rid, db = request.subscription.id, request.database
+    async def ready(self, request: ReplayRequest) -> None:
+        """What arrived before the request's ``ready_at`` is in the store before it is read."""
         await asyncio.sleep(min(max(0.0, request.ready_at - time.time()), MAX_WAIT))
-        await self.writer.flush()  # what arrived before now is in the store before the query
-        loop = asyncio.get_running_loop()
+        await self.writer.flush()
 
-        def run() -> int:
-            flt = request.query()  # the window cut where the requester's history grant ends
-            if flt is None:
-                return 0
-            window = flt.window
-            sent = 0
-            chunks = self.store.stream(
-                flt,
-                since=window.start if window else None,
-                until=window.end if window else None,
-                size=self.batch,
-            )
-            for chunk in chunks:
-                batch = ReplayBatch(rid, db, tuple(chunk))
-                asyncio.run_coroutine_threadsafe(self.client.answer([batch]), loop).result()
-                sent += len(chunk)
-            return sent
-
-        try:
-            try:
-                end = ReplayEnd(rid, db, await asyncio.to_thread(run))
-            except StoreError as exc:
-                log.warning("%s: replay %s failed: %s", self.id, rid, exc)
-                end = ReplayEnd(rid, db, 0, f"query failed: {exc}")
-            except ConnectionLost:  # sending a batch failed: handled below, not a bug
-                raise
-            except Exception as exc:  # a bug, or a row that cannot be read: this replay fails
-                log.exception("%s: replay %s failed", self.id, rid)
-                end = ReplayEnd(rid, db, 0, f"query failed: {type(exc).__name__}: {exc}")
-            await self.client.answer([end])
-        except ConnectionLost as exc:  # the broker ends the request for its requester
-            log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)
-            return
-        self.replayed += end.count
+    def stream(self, flt: Filter, size: int) -> Iterator[list[Publication]]:
+        window = flt.window
+        return self.store.stream(
+            flt,
+            since=window.start if window else None,
+            until=window.end if window else None,
+            size=size,
+        )
 
     # -- control -----------------------------------------------------------------------------
 

@@ -14,15 +14,16 @@ merges the answer with those of the live databases, each publication once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
 from padres.client.connection import Client
-from padres.errors import ConnectionLost, PadresError
-from padres.model.messages import Filter, Predicate
-from padres.model.protocol import ReplayBatch, ReplayEnd, ReplayRequest, Span
+from padres.client.replay import responder
+from padres.errors import PadresError
+from padres.model.messages import Filter, Predicate, Publication
+from padres.model.protocol import ReplayRequest, Span
 from rete.operators import Op
 from spark.archive import Archive
 from spark.catalog import ClassRange
@@ -42,13 +43,18 @@ class ArchiveNode:
         self.id = node_id
         self.client = client
         self.archive = archive
-        self.batch = batch
         self.offers: dict[str, tuple[str, Span]] = {}
         """Class -> the id of its replay offer and the period offered."""
-        self.replayed = 0
         self.files_read = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        client.on_replay = self._on_replay
+        self.name = "archive"
+        self.replies = responder(client, node_id, batch=batch)
+        """Answers the historic queries routed here, from the archive (a ``ReplaySource``)."""
+        self.replies.add(self)
+
+    @property
+    def replayed(self) -> int:
+        """Publications sent in answers to historic queries so far."""
+        return self.replies.replayed
 
     async def start(self) -> None:
         """Offer every class of the archive (called again, offers what was loaded since)."""
@@ -83,45 +89,15 @@ class ArchiveNode:
                 log.warning("%s: could not offer what was loaded: %s", self.id, exc)
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.replies.stop()
 
-    def _on_replay(self, request: ReplayRequest) -> None:
-        task = asyncio.get_running_loop().create_task(self._replay(request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def ready(self, request: ReplayRequest) -> None:
+        """The archive holds what it holds: nothing to wait for."""
 
-    async def _replay(self, request: ReplayRequest) -> None:
-        rid, db = request.subscription.id, request.database
-        flt = request.query()  # the window cut where the requester's history grant ends
-        loop = asyncio.get_running_loop()
-
-        def run() -> int:
-            sent = 0
-            if flt is None:
-                return sent
-            plan = self.archive.plan(flt)
-            self.files_read += len(plan.read)
-            for chunk in self.archive.stream(flt, self.batch, plan):
-                batch = ReplayBatch(rid, db, tuple(chunk))
-                asyncio.run_coroutine_threadsafe(self.client.answer([batch]), loop).result()
-                sent += len(chunk)
-            return sent
-
-        end: Any
-        try:
-            try:
-                end = ReplayEnd(rid, db, await asyncio.to_thread(run))
-            except (PadresError, OSError) as exc:
-                log.warning("%s: replay %s failed: %s", self.id, rid, exc)
-                end = ReplayEnd(rid, db, 0, f"archive query failed: {exc}")
-            await self.client.answer([end])
-        except ConnectionLost as exc:
-            log.warning("%s: replay %s abandoned: %s", self.id, rid, exc)
-            return
-        self.replayed += end.count
+    def stream(self, flt: Filter, size: int) -> Iterator[list[Publication]]:
+        plan = self.archive.plan(flt)
+        self.files_read += len(plan.read)
+        return self.archive.stream(flt, size, plan)
 
 
 def _offer_id(held: ClassRange, period: Span) -> str:

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from padres.broker import Broker
-from padres.broker.journal import Journal
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.errors import RequestFailed
 from padres.language.parser import parse_advertisement, parse_filter
@@ -53,7 +53,7 @@ def anyio_backend() -> str:
 async def _broker(path: Path, **limits: int) -> AsyncIterator[tuple[str, Broker]]:
     """A broker served in this process, its journal at ``path``; ``limits`` set its exception
     queues' bounds."""
-    broker = Broker("B", journal=Journal(str(path)))
+    broker = Broker("B", journal=SqliteJournal(str(path)))
     for name, value in limits.items():
         setattr(broker.exceptions, name, value)
     node = BrokerNode(broker, heartbeat=1)
@@ -278,14 +278,14 @@ def test_failing_a_durable_delivery_acknowledges_it_in_the_same_journal_transact
         """The broker started (again) on the journal, the subscriber back: its delivery."""
         if broker is not None:
             broker.journal.close()
-        broker = Broker("B", journal=Journal(path))
+        broker = Broker("B", journal=SqliteJournal(path))
         broker.handle(Hello("manager"), "h2")
         out = broker.handle(Durable(sub), "h2")
         broker.journal.commit()
         (note,) = [m for hop, m in out if hop == "h2" and isinstance(m, Notify)]
         return broker, note
 
-    first = Broker("B", journal=Journal(path))
+    first = Broker("B", journal=SqliteJournal(path))
     first.handle(Hello("manager"), "h2")
     first.handle(Durable(sub), "h2")
     first.handle(Hello("shop"), "h1")

@@ -25,7 +25,7 @@ from padres.client.connection import Client, Delivery
 from padres.model.messages import Publication
 from padres.model.protocol import Envelope, Error, Notify
 from padres.runtime.node import BrokerNode
-from padres.runtime.send_queue import FRAME_BYTES, Outbox
+from padres.runtime.send_queue import FRAME_BYTES, SendQueue
 from padres.testing.processes import BrokerProcess
 from tests.support import eventually, health
 
@@ -62,7 +62,7 @@ def _message(n: int, size: int) -> bytes:
 def test_frames_are_bounded_in_bytes_and_keep_the_order() -> None:
     async def run() -> None:
         peer = _Peer()
-        box = Outbox(peer.send, peer.close, limit=10 << 20)
+        box = SendQueue(peer.send, peer.close, limit=10 << 20)
         for n in range(40):
             assert box.put(_message(n, 30_000))
         assert box.size > 40 * 30_000
@@ -79,7 +79,7 @@ def test_a_full_client_queue_drops_counts_and_tells_once() -> None:
     async def run() -> None:
         peer = _Peer()
         peer.flowing.clear()  # the client reads nothing for now
-        box = Outbox(peer.send, peer.close, limit=100_000)
+        box = SendQueue(peer.send, peer.close, limit=100_000)
         accepted = [box.put(_message(n, 10_000)) for n in range(30)]
         assert accepted.count(True) == 10 and box.dropped == 20
         assert box.dropped_bytes == sum(len(_message(n, 10_000)) for n in range(10, 30))
@@ -100,7 +100,7 @@ def test_a_link_queue_never_drops_it_overflows_and_closes() -> None:
     async def run() -> None:
         peer = _Peer()
         peer.flowing.clear()
-        box = Outbox(peer.send, peer.close, limit=100_000)
+        box = SendQueue(peer.send, peer.close, limit=100_000)
         box.make_link(200_000, lambda: None)
         assert all(box.put(_message(n, 10_000)) for n in range(20))  # over a client's limit
         assert not box.put(_message(20, 10_000))  # over the link's: the link goes

@@ -272,7 +272,7 @@ def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path
         bound = None if not_before is None else not_before.timestamp()
         request = ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0, bound)
         client.answers.clear()
-        asyncio.run(node._replay(request))
+        asyncio.run(node.replies.answer(request))
         end = client.answers[-1]
         assert isinstance(end, ReplayEnd) and not end.error
         ids = [p.id for b in client.answers if isinstance(b, ReplayBatch) for p in b.publications]
@@ -300,7 +300,7 @@ def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> N
     client = _Answers()
     node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
     flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
-    asyncio.run(node._replay(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    asyncio.run(node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
     [end] = client.answers
     assert isinstance(end, ReplayEnd) and end.count == 0
     assert end.error == "query failed: ValueError: a row that cannot be read"
@@ -328,7 +328,7 @@ def test_a_replay_whose_connection_is_lost_is_abandoned_quietly(
     client = Dropping()
     node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
     flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
-    asyncio.run(node._replay(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    asyncio.run(node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
     assert [type(m) for m in client.answers] == [ReplayBatch]  # nothing after the loss
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert any("abandoned" in r.getMessage() for r in caplog.records)

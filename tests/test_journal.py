@@ -1,4 +1,5 @@
-"""The journal's durable queues, against a plain list of what should be queued."""
+"""The SQLite journal's durable queues, against a plain list of what should be queued; its runs
+on disk."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from padres.broker.journal import DurableRecord, Journal, Tag
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.language.parser import parse_subscription
 from padres.model.codec import encode
 from padres.model.messages import Publication
@@ -44,7 +46,7 @@ class DurableQueue(RuleBasedStateMachine):
         super().__init__()
         self.directory = tempfile.TemporaryDirectory()
         self.path = str(Path(self.directory.name) / "journal.sqlite")
-        self.journal = Journal(self.path)
+        self.journal = SqliteJournal(self.path)
         self.record = _record()
         self.other = _record("e")  # a second subscription, which nothing here may touch
         self.others = [(1, "p0", None, self.journal.enqueue(self.other, 1, _publication(0)))]
@@ -108,7 +110,7 @@ class DurableQueue(RuleBasedStateMachine):
     def restart(self) -> None:
         self.commit()  # nothing queued is pending (precondition), but acknowledgements may be
         self.journal.close()
-        self.journal = Journal(self.path)
+        self.journal = SqliteJournal(self.path)
 
     @invariant()
     def backlog(self) -> None:
@@ -128,7 +130,7 @@ def _runs(path: str) -> list[tuple[int, int]]:
 
 def test_a_frame_of_deliveries_is_one_row(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     record = _record()
     for seq in range(1, 501):
         journal.enqueue(record, seq, _publication(seq))
@@ -142,7 +144,7 @@ def test_a_frame_of_deliveries_is_one_row(tmp_path: Path) -> None:
 
 def test_a_run_is_bounded_in_deliveries_and_bytes(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     record = _record()
     for seq in range(1, 2501):
         journal.enqueue(record, seq, _publication(seq))
@@ -157,7 +159,7 @@ def test_a_run_is_bounded_in_deliveries_and_bytes(tmp_path: Path) -> None:
 
 
 def test_what_a_crash_loses_of_a_subscription_is_forgotten(tmp_path: Path) -> None:
-    journal = Journal(str(tmp_path / "journal.sqlite"))
+    journal = SqliteJournal(str(tmp_path / "journal.sqlite"))
     record = _record()
     journal.save(record)
     journal.commit()
@@ -170,7 +172,7 @@ def test_what_a_crash_loses_of_a_subscription_is_forgotten(tmp_path: Path) -> No
 
 def test_a_queue_written_one_row_per_delivery_is_taken_as_runs(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    Journal(path).close()
+    SqliteJournal(path).close()
     record = _record()
     other = _record("e")
     tag = ("c@B:t1", Outcome.COMMITTED)
@@ -190,7 +192,7 @@ def test_a_queue_written_one_row_per_delivery_is_taken_as_runs(tmp_path: Path) -
                 "INSERT INTO queue VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (r.owner, r.name, seq, len(body), body, tx, outcome),
             )
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     expected = [(seq, pub.id, t, len(encode(pub))) for _, seq, pub, t in rows]
     assert _queued(journal, record, 0, 2000) == expected[:-1]
     assert _queued(journal, other, 0, 10) == expected[-1:]

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padres.broker import Broker
-from padres.broker.journal import Journal
 from padres.broker.quotas import Quotas
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.client.connection import Client, ClientState
 from padres.errors import (
     InvalidMessage,
@@ -635,14 +635,14 @@ def test_a_link_lost_during_the_flood_is_named_and_healed_when_it_is_back() -> N
 
 def test_a_journal_holding_an_unreadable_schema_is_refused(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     journal.save_schema(Schema(class_name="T", attributes=parse_attributes("x:integer")))
     journal.commit()
     journal.close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE schemas SET body = ?", (b'{"class": "T", "attributes": 5}',))
     db.close()
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     with pytest.raises(JournalError, match="a schema it cannot read"):
         Broker("B", journal=journal)
     journal.close()
@@ -650,14 +650,14 @@ def test_a_journal_holding_an_unreadable_schema_is_refused(tmp_path: Path) -> No
 
 def test_the_journal_keeps_schemas_on_disk(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     broker = Broker("B", journal=journal)
     broker.handle(Hello("admin", Role.CLIENT), "h1")
     assert broker.handle(_declare("d1", "T", "x:integer y:string?"), "h1") == [("h1", Ok("d1"))]
     journal.commit()
     journal.close()
 
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     broker = Broker("B", journal=journal)
     assert [str(s) for s in broker.schemas] == ["'T' v1: x:integer y:string?"]
     broker.handle(Hello("c", Role.CLIENT), "h2")

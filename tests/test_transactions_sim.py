@@ -13,7 +13,7 @@ from argon2 import PasswordHasher
 from msgspec.structs import replace
 
 from padres.broker import Broker, Covering
-from padres.broker.journal import Journal
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.broker.transactions import TxLimits
 from padres.language.parser import parse_advertisement, parse_composite, parse_subscription
 from padres.model.classes import parse_attributes
@@ -350,7 +350,7 @@ def test_a_durable_subscriber_gets_a_commit_once_through_a_crash_of_its_broker(s
 
 def test_a_journal_written_before_transactions_opens_and_takes_them(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.sqlite")
-    old = Journal(path)
+    old = SqliteJournal(path)
     old.close()
     with closing(sqlite3.connect(path)) as db, db:  # the tables as before transactions
         for table in ("log", "runs", "durables"):
@@ -369,7 +369,7 @@ def test_a_journal_written_before_transactions_opens_and_takes_them(tmp_path: Pa
             "INSERT INTO durables VALUES ('m@B', 'd', ?, '{}', 1, 0, 0, 0.0)",
             (b'{"type":"subscription","id":"d","filter":[["class","eq","Order"]]}',),
         )
-    journal = Journal(path)
+    journal = SqliteJournal(path)
     (record,) = journal.durables()
     assert record.visibility is Visibility.ON_COMMIT
     journal.append("t", _order(1), 0.0)
@@ -605,7 +605,7 @@ def test_guaranteed_and_transactional_publications_conform_without_the_conformit
 
 
 def test_an_atomic_write_outside_a_transaction_waits_for_the_commit(tmp_path: Path) -> None:
-    journal = Journal(str(tmp_path / "journal.sqlite"))
+    journal = SqliteJournal(str(tmp_path / "journal.sqlite"))
     with journal.atomic():
         journal.append("t", replace(_order(1), publisher="m@A"), 0.0, tx="m@A:t1")
     journal.rollback()  # what a crash before the frame's commit does

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from padres.bench import machine
-from padres.broker.journal import Sync
+from padres.broker.sqlite_journal import Sync
 from padres.client.connection import Client, Delivery
 from padres.model.messages import Publication
 from padres.model.protocol import Notify

@@ -42,6 +42,7 @@ from padres.broker.durable import REFRESH, Durables
 from padres.broker.guard import Guard, admin_refusal, routing_filter
 from padres.broker.history import History, Watch, composite_network
 from padres.broker.journal import Journal, Tag
+from padres.broker.memory_journal import MemoryJournal
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering, Out, Routes, Sink
 from padres.broker.schemas import Declaration, Schemas
@@ -145,11 +146,12 @@ class Broker:
         for, before it answers, so that publications still on their way are stored first.
         ``replay_timeout``: how long a historic request waits for a database that does not
         answer before it ends as failed for that database (see ``history``). ``journal``: where
-        guaranteed publications and durable subscriptions are kept (in memory if None); the
-        durable subscriptions it holds are taken up at once. ``transactions``: the limits and
-        timeouts of its clients' transactions. ``accounts``: who may connect and what each
-        client may do (``guard``; anyone may do anything if None); ``credentials``: what this
-        broker authenticates with to the neighbours it links to."""
+        guaranteed publications and durable subscriptions are kept (a ``MemoryJournal`` if
+        None, a ``SqliteJournal`` to outlive the process); the durable subscriptions it holds
+        are taken up at once. ``transactions``: the limits and timeouts of its clients'
+        transactions. ``accounts``: who may connect and what each client may do (``guard``;
+        anyone may do anything if None); ``credentials``: what this broker authenticates with
+        to the neighbours it links to."""
         self.id = check_id(broker_id, "broker id")
         self.conformity = conformity
         self.quotas = quotas or Quotas()
@@ -180,7 +182,7 @@ class Broker:
         self._withdrawals: deque[tuple[float, str]] = deque()
         self._now = 0.0
         self._refreshed = 0.0
-        self.journal = journal or Journal()
+        self.journal = journal if journal is not None else MemoryJournal()
         self.durables = Durables(self.journal, self.routes, self.trees, self.settling, self._new_id)
         self.durables.restore()
         self.transactions = Transactions(self.journal, self._deliver, self._withdraw, transactions)

@@ -21,23 +21,20 @@ text); past either, its oldest entries are dropped and counted (``ExceptionRepor
 so that a handler failing on everything costs bounded disk and never stalls its subscription.
 Queues outlive their subscriptions (a non-durable one ends with every disconnection): they go
 when they are purged.
+
+This module decides what goes into a queue and out of it, and what is answered; the journal
+keeps the queues (``Journal.add_dead_letter`` and the others).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Final
 
-import orjson
-
 from padres.broker.durable import Durables
-from padres.broker.journal import Journal
+from padres.broker.journal import Journal, dead_letter_size
 from padres.broker.routes import Out
 from padres.broker.session import Session
-from padres.errors import JournalError
-from padres.model.codec import from_dict, to_dict
-from padres.model.messages import Publication
 from padres.model.protocol import (
     Ack,
     Error,
@@ -61,17 +58,6 @@ MAX_ERROR: Final = 4096
 WINDOW: Final = 100
 """Entries of a queue being delivered again (``Retry``) at a time."""
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS exceptions (
-    entry INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, subscription TEXT NOT NULL,
-    ref TEXT NOT NULL, body BLOB NOT NULL, error TEXT NOT NULL, attempts INTEGER NOT NULL,
-    at REAL NOT NULL, size INTEGER NOT NULL, replay INTEGER NOT NULL DEFAULT 0);
-CREATE UNIQUE INDEX IF NOT EXISTS exceptions_ref ON exceptions (owner, subscription, ref);
-CREATE TABLE IF NOT EXISTS exception_queues (
-    owner TEXT NOT NULL, subscription TEXT NOT NULL, dropped INTEGER NOT NULL,
-    PRIMARY KEY (owner, subscription));
-"""
-
 _Key = tuple[str, str]
 """(client name in the overlay, subscription id): one queue."""
 
@@ -90,7 +76,7 @@ class ExceptionQueues:
         max_bytes: int = MAX_BYTES,
     ) -> None:
         """``sessions``: the broker's connected clients by hop (read, never changed)."""
-        self._db = journal.connection
+        self._journal = journal
         self._durables = durables
         self._sessions = sessions
         self._broker = broker_id
@@ -98,11 +84,6 @@ class ExceptionQueues:
         self.max_bytes = max_bytes
         self._sent: dict[_Key, dict[int, str]] = {}
         """Per queue, the entries delivered again and not answered yet, and the hop of each."""
-        try:
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            why = f"cannot open the exception queues of {journal.path}: {exc}"
-            raise JournalError(why) from exc
 
     def handle(self, message: Failed | Exceptions, session: Session, now: float) -> list[Out]:
         if isinstance(message, Failed):
@@ -124,27 +105,16 @@ class ExceptionQueues:
     def queues(self) -> list[dict[str, object]]:
         """Every queue that holds entries or has dropped some: its client (its name at this
         broker), its subscription, and its counts."""
-        rows = self._db.execute(
-            "SELECT e.owner, e.subscription, count(e.entry), coalesce(sum(e.size), 0), "
-            "coalesce(sum(e.replay), 0), coalesce(max(q.dropped), 0) "
-            "FROM exceptions e LEFT JOIN exception_queues q "
-            "ON q.owner = e.owner AND q.subscription = e.subscription "
-            "GROUP BY e.owner, e.subscription "
-            "UNION ALL SELECT q.owner, q.subscription, 0, 0, 0, q.dropped "
-            "FROM exception_queues q WHERE NOT EXISTS (SELECT 1 FROM exceptions e "
-            "WHERE e.owner = q.owner AND e.subscription = q.subscription) "
-            "ORDER BY 1, 2"
-        ).fetchall()
         return [
             {
-                "client": owner.removesuffix(f"@{self._broker}"),
-                "subscription": sub,
-                "length": length,
-                "bytes": size,
-                "replaying": replaying,
-                "dropped": dropped,
+                "client": queue.owner.removesuffix(f"@{self._broker}"),
+                "subscription": queue.subscription,
+                "length": queue.length,
+                "bytes": queue.size,
+                "replaying": queue.replaying,
+                "dropped": queue.dropped,
             }
-            for owner, sub, length, size, replaying, dropped in rows
+            for queue in self._journal.dead_letter_queues()
         ]
 
     # -- failures ----------------------------------------------------------------------------
@@ -155,11 +125,8 @@ class ExceptionQueues:
         error = message.error[:MAX_ERROR]
         if message.entry:
             self._sent.get(key, {}).pop(message.entry, None)
-            self._db.execute(
-                "UPDATE exceptions SET error = ?, attempts = ?, at = ?, replay = 0, "
-                "size = size - length(CAST(error AS BLOB)) + ? "
-                "WHERE entry = ? AND owner = ? AND subscription = ?",
-                (error, message.attempts, now, len(error.encode()), message.entry, *key),
+            self._journal.update_dead_letter(
+                *key, message.entry, error, message.attempts, now
             )  # an entry purged while it was delivered again stays purged
             self._bound(key)
             return ok + self._replay(key)
@@ -167,27 +134,20 @@ class ExceptionQueues:
         if not durable and message.subscription not in session.subscriptions:
             why = f"no subscription {message.subscription!r} to put an exception entry for"
             return [(session.hop, Error(why, message.ref))]
-        known = self._db.execute(
-            "SELECT 1 FROM exceptions WHERE owner = ? AND subscription = ? AND ref = ?",
-            (*key, message.ref),
-        ).fetchone()
+        known = self._journal.has_dead_letter(*key, message.ref)
         # A durable delivery acknowledged already was processed: handled, or set aside by an
         # earlier failure; this one is its handler's second try after a reconnection.
         again = durable and 0 < message.seq <= self._durables.acked(*key)
-        if known is None and not again:
-            body = orjson.dumps(to_dict(message.publication))
-            size = len(body) + len(error.encode())
+        if not known and not again:
+            size = dead_letter_size(message.publication, error)
             if size > self.max_bytes:
                 why = (
                     f"exception entry of {size:,} bytes refused: the exception queue of "
                     f"{message.subscription!r} keeps {self.max_bytes:,} bytes"
                 )
                 return [(session.hop, Error(why, message.ref))]
-            self._db.execute(
-                "INSERT INTO exceptions "
-                "(owner, subscription, ref, body, error, attempts, at, size) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, message.ref, body, error, message.attempts, now, size),
+            self._journal.add_dead_letter(
+                *key, message.ref, message.publication, error, message.attempts, now
             )
             self._bound(key)
         out: list[Out] = []
@@ -197,31 +157,9 @@ class ExceptionQueues:
 
     def _bound(self, key: _Key) -> None:
         """Drop the oldest entries of the queue while it is over its limits."""
-        length, size = self._size(key)
-        dropped = 0
-        while length > self.max_entries or size > self.max_bytes:
-            entry, bytes_ = self._db.execute(
-                "SELECT entry, size FROM exceptions WHERE owner = ? AND subscription = ? "
-                "ORDER BY entry LIMIT 1",
-                key,
-            ).fetchone()
-            self._db.execute("DELETE FROM exceptions WHERE entry = ?", (entry,))
-            self._sent.get(key, {}).pop(entry, None)
-            length, size, dropped = length - 1, size - bytes_, dropped + 1
-        if dropped:
-            self._db.execute(
-                "INSERT INTO exception_queues (owner, subscription, dropped) VALUES (?, ?, ?) "
-                "ON CONFLICT (owner, subscription) DO UPDATE SET dropped = dropped + ?",
-                (*key, dropped, dropped),
-            )
-
-    def _size(self, key: _Key) -> tuple[int, int]:
-        row = self._db.execute(
-            "SELECT count(*), coalesce(sum(size), 0) FROM exceptions "
-            "WHERE owner = ? AND subscription = ?",
-            key,
-        ).fetchone()
-        return int(row[0]), int(row[1])
+        sent = self._sent.get(key, {})
+        for entry in self._journal.trim_dead_letters(*key, self.max_entries, self.max_bytes):
+            sent.pop(entry, None)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -230,7 +168,8 @@ class ExceptionQueues:
         key = (owner, message.subscription)
         entries = sorted(set(message.entries))
         if entries and message.action is not ExceptionAction.PURGE:
-            missing = sorted(set(entries) - set(self._existing(key, entries)))
+            found = self._journal.dead_letters(*key, len(entries), entries=entries)
+            missing = sorted(set(entries) - {entry.id for entry in found})
             if missing:
                 listed = ", ".join(map(str, missing))
                 why = (
@@ -244,80 +183,32 @@ class ExceptionQueues:
         affected = 0
         match message.action:
             case ExceptionAction.LIST:
-                listed_entries, more = self._list(key, entries, message.after, message.limit)
+                rows = self._journal.dead_letters(
+                    *key, message.limit + 1, entries=entries, after=message.after
+                )
+                listed_entries, more = tuple(rows[: message.limit]), len(rows) > message.limit
             case ExceptionAction.REPLAY:
-                affected = self._mark(key, entries)
+                affected = self._journal.mark_dead_letters(*key, entries)
                 out = self._replay(key)
             case ExceptionAction.PURGE:
-                affected = self._purge(key, entries)
+                affected = self._journal.purge_dead_letters(*key, entries)
+                sent = self._sent.get(key, {})
+                for entry in entries or list(sent):
+                    sent.pop(entry, None)
                 if session.name == owner:  # the subscriber's handler took it: more may go
                     out = self._replay(key)
-        length, size = self._size(key)
-        row = self._db.execute(
-            "SELECT dropped FROM exception_queues WHERE owner = ? AND subscription = ?", key
-        ).fetchone()
+        queue = self._journal.dead_letter_queue(*key)
         report = ExceptionReport(
             message.ref,
             message.subscription,
             listed_entries,
             more,
             affected,
-            length,
-            size,
-            0 if row is None else int(row[0]),
+            queue.length,
+            queue.size,
+            queue.dropped,
         )
         return [*out, (session.hop, report)]
-
-    def _existing(self, key: _Key, entries: list[int]) -> list[int]:
-        marks = ",".join("?" * len(entries))
-        rows = self._db.execute(
-            f"SELECT entry FROM exceptions WHERE owner = ? AND subscription = ? "
-            f"AND entry IN ({marks})",
-            (*key, *entries),
-        ).fetchall()
-        return [int(r[0]) for r in rows]
-
-    def _where(self, key: _Key, entries: list[int]) -> tuple[str, tuple[object, ...]]:
-        """The condition selecting ``entries`` of the queue (all of it when empty)."""
-        if not entries:
-            return "owner = ? AND subscription = ?", key
-        marks = ",".join("?" * len(entries))
-        return f"owner = ? AND subscription = ? AND entry IN ({marks})", (*key, *entries)
-
-    def _list(
-        self, key: _Key, entries: list[int], after: int, limit: int
-    ) -> tuple[tuple[ExceptionEntry, ...], bool]:
-        where, args = self._where(key, entries)
-        rows = self._db.execute(
-            f"SELECT entry, body, error, attempts, at, replay FROM exceptions "
-            f"WHERE {where} AND entry > ? ORDER BY entry LIMIT ?",
-            (*args, after, limit + 1),
-        ).fetchall()
-        found = tuple(
-            ExceptionEntry(
-                id=entry,
-                publication=_publication(body),
-                error=error,
-                attempts=attempts,
-                at=at,
-                replaying=bool(replay),
-            )
-            for entry, body, error, attempts, at, replay in rows[:limit]
-        )
-        return found, len(rows) > limit
-
-    def _mark(self, key: _Key, entries: list[int]) -> int:
-        where, args = self._where(key, entries)
-        cursor = self._db.execute(f"UPDATE exceptions SET replay = 1 WHERE {where}", args)
-        return cursor.rowcount
-
-    def _purge(self, key: _Key, entries: list[int]) -> int:
-        where, args = self._where(key, entries)
-        cursor = self._db.execute(f"DELETE FROM exceptions WHERE {where}", args)
-        sent = self._sent.get(key, {})
-        for entry in entries or list(sent):
-            sent.pop(entry, None)
-        return cursor.rowcount
 
     # -- delivering again --------------------------------------------------------------------
 
@@ -329,19 +220,14 @@ class ExceptionQueues:
         room = WINDOW - len(sent)
         if hop is None or room <= 0:
             return []
-        rows = self._db.execute(
-            "SELECT entry, body, attempts FROM exceptions "
-            "WHERE owner = ? AND subscription = ? AND replay = 1 ORDER BY entry LIMIT ?",
-            (*key, WINDOW),
-        ).fetchall()
         out: list[Out] = []
-        for entry, body, attempts in rows:
-            if entry in sent:
+        for entry in self._journal.dead_letters(*key, WINDOW, marked=True):
+            if entry.id in sent:
                 continue
             if len(out) >= room:
                 break
-            sent[entry] = hop
-            out.append((hop, Retry(key[1], entry, _publication(body), attempts)))
+            sent[entry.id] = hop
+            out.append((hop, Retry(key[1], entry.id, entry.publication, entry.attempts)))
         return out
 
     def _subscriber(self, owner: str, subscription: str) -> str | None:
@@ -353,10 +239,3 @@ class ExceptionQueues:
             if session.name == owner and subscription in session.subscriptions:
                 return session.hop
         return None
-
-
-def _publication(body: bytes) -> Publication:
-    message = from_dict(orjson.loads(body))
-    if not isinstance(message, Publication):
-        raise JournalError("an exception queue holds something other than a publication")
-    return message

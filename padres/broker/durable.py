@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from padres.broker.journal import DurableRecord, Journal, Tag
+from padres.broker.journal import DurableRecord, Journal, Queued, Tag
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.settle import Settling
 from padres.broker.trees import Trees
@@ -145,7 +145,7 @@ class _Durable:
     window: _Memory = field(default_factory=_Memory)
     """The bytes in flight to its client, counted with its client's other durable
     subscriptions."""
-    recent: deque[tuple[int, Publication, Tag | None, int]] = field(default_factory=deque)
+    recent: deque[Queued] = field(default_factory=deque)
     """The latest deliveries queued and not sent, in order, their numbers consecutive up to
     the last queued (``record.next - 1``): (number, publication, tag, bytes). The journal
     holds them too; those before the first are read back from it."""

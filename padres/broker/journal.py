@@ -1,106 +1,77 @@
-"""A broker's journal: what it has promised, on disk (SQLite in WAL mode).
+"""A broker's journal: what it has promised, kept where a crash of the broker does not take it.
 
-It holds
+``Journal`` is the interface the broker core writes and reads it through; it has two
+implementations:
+
+- ``padres.broker.sqlite_journal.SqliteJournal``: SQLite in WAL mode, on disk, for brokers
+  that must keep their promises across a crash or a restart (``padres broker --data``), and
+  in a temporary file for those that need not;
+- ``padres.broker.memory_journal.MemoryJournal``: Python structures with the same semantics,
+  for the simulation, the tests, and a ``Broker`` built without a journal. Its commits survive
+  what the simulation calls a crash (``rollback``), not the process.
+
+A journal holds
 
 - the guaranteed publications made at this broker, each with its *position* (1, 2, 3, ...
   in the order they were accepted), the tree it went down and its publisher and id, so that a
   publication sent again after a lost acknowledgement is recognised, and so that durable
-  subscriptions elsewhere can ask for what they missed (``since``);
+  subscriptions elsewhere can ask for what they missed (``since``); the last ``RETENTION``
+  are kept;
 - the tree each local advertisement went down, so that a publisher advertising again (after
   it reconnected, or after a restart of the broker) gets its old tree, and positions stay
   meaningful to those who follow it;
 - the durable subscriptions made at this broker, with what is queued for each;
-- the schemas of the typed classes it knows, so that it enforces them again after a restart.
-
-A durable subscription's queue is kept as *runs*: the consecutive deliveries queued for it
-between two commits are one row (``runs``), their bodies side by side, so that a frame that
-queues hundreds of deliveries writes one row rather than hundreds. A run partly acknowledged is
-cut down to what is left, so the table holds exactly what is queued.
+- the schemas of the typed classes it knows, so that it enforces them again after a restart;
+- the exception (dead-letter) queues of its clients' subscriptions (``padres.broker.
+  dead_letters`` decides what goes in and out of them, the journal keeps them).
 
 A committed transaction's publications are guaranteed publications marked with the transaction
-(``log.tx``), and deliveries of transactional publications with it and its outcome (a run's
-``tags``), so that recovery and resumption show them as what they are.
+(``tx``), and deliveries of transactional publications with it and its outcome (a ``Tag``), so
+that recovery and resumption show them as what they are.
 
-Nothing is written for good until ``commit``: the runtime commits once per frame it read,
-before it sends anything that frame caused, so an acknowledgement never gets ahead of the disk.
-``sync`` is SQLite's ``synchronous`` setting: ``full`` (the default) survives a power failure
-as well as a crash; ``normal`` survives a crash of the process (the operating system still has
-the data) but may lose the last commits at a power failure; ``off`` leaves it to the operating
-system. ``Journal()`` without a path keeps everything in memory (the simulation's brokers);
-``Journal("")`` in a temporary file that goes when it is closed (its rollback journal in memory:
-the file does not outlive the process, so nothing on disk needs to survive a crash).
+Nothing is kept for good until ``commit``: the runtime commits once per frame it read, before
+it sends anything that frame caused, so an acknowledgement never gets ahead of the journal.
+``rollback`` forgets what was not committed, as a crash would.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Final, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
-import msgspec
 import orjson
 
-from padres.errors import JournalError
 from padres.model.classes import Schema
-from padres.model.codec import decode, encode
+from padres.model.codec import to_dict
 from padres.model.messages import Publication, Subscription
-from padres.model.protocol import Outcome, Visibility
+from padres.model.protocol import ExceptionEntry, Outcome, Visibility
 
-__all__ = ["RETENTION", "TREES_KEPT", "DurableRecord", "Journal", "Sync", "Tag"]
+__all__ = [
+    "RETENTION",
+    "TREES_KEPT",
+    "DeadLetterQueue",
+    "DurableRecord",
+    "Journal",
+    "Logged",
+    "Queued",
+    "Tag",
+    "dead_letter_size",
+]
 
 RETENTION: Final = 1_000_000
 """Guaranteed publications kept for recovery, per broker (the oldest go first)."""
 TREES_KEPT: Final = 100_000
 """Local advertisements whose tree is remembered, per broker (the oldest go first)."""
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS log (
-    pos INTEGER PRIMARY KEY, tree TEXT NOT NULL, publisher TEXT NOT NULL, id TEXT NOT NULL,
-    at REAL NOT NULL, body BLOB NOT NULL);
-CREATE UNIQUE INDEX IF NOT EXISTS log_publication ON log (publisher, id);
-CREATE INDEX IF NOT EXISTS log_tree ON log (tree, pos);
-CREATE TABLE IF NOT EXISTS trees (
-    publisher TEXT NOT NULL, advertisement TEXT NOT NULL, tree TEXT NOT NULL,
-    PRIMARY KEY (publisher, advertisement));
-CREATE TABLE IF NOT EXISTS durables (
-    owner TEXT NOT NULL, name TEXT NOT NULL, subscription BLOB NOT NULL, cursors BLOB NOT NULL,
-    next INTEGER NOT NULL, acked INTEGER NOT NULL, discarded INTEGER NOT NULL,
-    created REAL NOT NULL, PRIMARY KEY (owner, name));
-CREATE TABLE IF NOT EXISTS runs (
-    owner TEXT NOT NULL, name TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
-    size INTEGER NOT NULL, sizes BLOB NOT NULL, bodies BLOB NOT NULL, tags BLOB,
-    PRIMARY KEY (owner, name, first)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS schemas (class TEXT PRIMARY KEY, body BLOB NOT NULL);
-"""
-_COLUMNS: Final = (
-    ("log", "tx", "TEXT NOT NULL DEFAULT ''"),
-    ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
-)
-"""Columns added since the first schema: a journal written before gets them when opened."""
-_RUN_DELIVERIES: Final = 1_000
-_RUN_BYTES: Final = 256 << 10
-"""A run holds at most ``_RUN_DELIVERIES`` deliveries and about ``_RUN_BYTES`` bytes (the
-delivery that crosses the bound is its last): acknowledging part of a run rewrites at most
-that much, and reading one reads no more."""
-_INSERT_RUN: Final = (
-    "INSERT INTO runs (owner, name, first, last, size, sizes, bodies, tags) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
 Tag: TypeAlias = tuple[str, Outcome]
 """A transactional publication's transaction and outcome."""
-
-
-class Sync(StrEnum):
-    """When SQLite waits for the disk (its ``synchronous`` setting); see the module docstring."""
-
-    FULL = "full"
-    NORMAL = "normal"
-    OFF = "off"
+Queued: TypeAlias = tuple[int, Publication, Tag | None, int]
+"""A delivery queued for a durable subscription: (number, publication, tag, bytes)."""
+Logged: TypeAlias = tuple[int, int, Publication, str]
+"""A guaranteed publication as ``since`` reads it: (position, 1 if it was accepted at the time
+asked for or later else 0, publication, the transaction it was committed with or "")."""
 
 
 @dataclass
@@ -128,195 +99,54 @@ class DurableRecord:
         return self.subscription.id
 
 
-def _body(pub: Publication) -> bytes:
-    return encode(pub)
+@dataclass(frozen=True)
+class DeadLetterQueue:
+    """The counts of one exception queue: (client, subscription)."""
+
+    owner: str
+    """The client's name in the overlay (``<client>@<broker>``)."""
+    subscription: str
+    length: int = 0
+    """Entries it holds."""
+    size: int = 0
+    """Their bytes (``dead_letter_size``)."""
+    replaying: int = 0
+    """Entries marked to be delivered again."""
+    dropped: int = 0
+    """Entries dropped, the oldest first, because it was over its bounds."""
 
 
-def _publication(body: bytes) -> Publication:
-    message = decode(body, checked=True)  # what this broker accepted and wrote
-    if not isinstance(message, Publication):
-        raise JournalError("the journal holds something other than a publication")
-    return message
+def dead_letter_size(publication: Publication, error: str) -> int:
+    """The bytes an exception entry counts against its queue's bound: its publication as JSON
+    and its error text (UTF-8)."""
+    return len(orjson.dumps(to_dict(publication))) + len(error.encode())
 
 
-_RunRow: TypeAlias = tuple[str, str, int, int, int, bytes, bytes, bytes | None]
+class Journal(Protocol):
+    """What the broker core keeps in its journal, and how (see the module docstring).
 
+    Exception queues are named by ``owner`` (the client's name in the overlay) and
+    ``subscription`` (its id); their entries by a number, increasing, never used twice in a
+    journal."""
 
-@dataclass
-class _Run:
-    """Consecutive deliveries queued for one durable subscription, numbered from ``first``:
-    a row of the journal's ``runs``."""
+    head: int
+    """The position of the last guaranteed publication accepted (for the journal to move)."""
 
-    first: int
-    sizes: list[int] = field(default_factory=list)
-    bodies: bytearray = field(default_factory=bytearray)
-    """Their encoded publications, one after the other."""
-    tags: list[Tag | None] | None = None
-    """Per delivery, its tag; None where none has one."""
-
-    @classmethod
-    def read(cls, first: int, sizes: bytes, bodies: bytes, tags: bytes | None) -> _Run:
-        """The run of a row."""
-        lengths: list[int] = orjson.loads(sizes)
-        if tags is None:
-            return cls(first, lengths, bytearray(bodies))
-        tagged = [None if t is None else (t[0], Outcome(t[1])) for t in orjson.loads(tags)]
-        return cls(first, lengths, bytearray(bodies), tagged)
-
-    def row(self, owner: str, name: str) -> _RunRow:
-        return (
-            owner,
-            name,
-            self.first,
-            self.first + len(self.sizes) - 1,
-            len(self.bodies),
-            orjson.dumps(self.sizes),
-            bytes(self.bodies),
-            None if self.tags is None else orjson.dumps(self.tags),
-        )
-
-    def takes(self, seq: int) -> bool:
-        """Whether delivery ``seq`` may join the run: it comes next, and the run has room."""
-        return (
-            seq == self.first + len(self.sizes)
-            and len(self.sizes) < _RUN_DELIVERIES
-            and len(self.bodies) < _RUN_BYTES
-        )
-
-    def add(self, body: bytes, tag: Tag | None) -> None:
-        if tag is not None and self.tags is None:
-            self.tags = [None] * len(self.sizes)
-        if self.tags is not None:
-            self.tags.append(tag)
-        self.sizes.append(len(body))
-        self.bodies += body
-
-    def deliveries(self, after: int, limit: int) -> list[tuple[int, Publication, Tag | None, int]]:
-        """Up to ``limit`` of its deliveries after number ``after``: (number, publication, tag,
-        bytes)."""
-        skip = max(0, after - self.first + 1)
-        offset = sum(self.sizes[:skip])
-        found = []
-        for i, size in enumerate(self.sizes[skip : skip + limit], skip):
-            pub = _publication(bytes(self.bodies[offset : offset + size]))
-            found.append((self.first + i, pub, None if self.tags is None else self.tags[i], size))
-            offset += size
-        return found
-
-    def cut(self, upto: int) -> tuple[int, int]:
-        """Drop its deliveries up to number ``upto``; returns how many, and their bytes."""
-        count = upto - self.first + 1
-        size = sum(self.sizes[:count])
-        del self.sizes[:count], self.bodies[:size]
-        if self.tags is not None:
-            del self.tags[:count]
-            if not any(self.tags):
-                self.tags = None
-        self.first = upto + 1
-        return count, size
-
-
-class Journal:
-    """See the module docstring."""
-
-    def __init__(
-        self, path: str = ":memory:", *, sync: Sync = Sync.FULL, retention: int = RETENTION
-    ) -> None:
-        self.path = path
-        self.retention = retention
-        try:
-            self._db = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
-            if path == "":  # see the module docstring
-                self._db.execute("PRAGMA journal_mode=MEMORY")
-            elif path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={sync.value.upper()}")
-            self._db.executescript(_SCHEMA)
-            for table, column, declaration in _COLUMNS:
-                found = self._db.execute(f"PRAGMA table_info({table})").fetchall()
-                if column not in {row[1] for row in found}:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            self._db.execute("CREATE INDEX IF NOT EXISTS log_tx ON log (tx) WHERE tx != ''")
-            self._take_old_queue()
-            row = self._db.execute("SELECT max(pos) FROM log").fetchone()
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot open the journal {path}: {exc}") from exc
-        self.head: int = row[0] or 0
-        """The position of the last guaranteed publication accepted."""
-        self._unsaved: dict[tuple[str, str], DurableRecord] = {}
-        """Durable subscriptions changed since the last commit (``save``)."""
-        self._enqueued: dict[tuple[str, str], _Run] = {}
-        """Per durable subscription, the deliveries queued and not yet inserted (``enqueue``):
-        inserted together, before the next commit or read of the queue."""
-
-    def _take_old_queue(self) -> None:
-        """A journal written before runs holds its durable subscriptions' queues one row per
-        delivery (table ``queue``): they become runs, and the table goes."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(queue)")}
-        if not columns:
-            return
-        tags = "tx, outcome" if "tx" in columns else "'', ''"
-        rows = self._db.execute(  # a row at a time: the queue may be larger than memory
-            f"SELECT owner, name, seq, body, {tags} FROM queue ORDER BY owner, name, seq"
-        )
-        key: tuple[str, str] | None = None
-        run = _Run(0)
-        for owner, name, seq, body, tx, outcome in rows:
-            if (owner, name) != key or not run.takes(seq):
-                if key is not None:
-                    self._db.execute(_INSERT_RUN, run.row(*key))
-                key, run = (owner, name), _Run(seq)
-            run.add(body, (tx, Outcome(outcome)) if tx else None)
-        if key is not None:
-            self._db.execute(_INSERT_RUN, run.row(*key))
-        self._db.execute("DROP TABLE queue")
-        self._db.commit()
-
-    def close(self) -> None:
-        self._db.close()
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        """The database, for the parts of the broker that keep tables of their own in the
-        journal (``padres.broker.dead_letters``): their writes commit with the rest."""
-        return self._db
+    def close(self) -> None: ...
 
     def commit(self) -> None:
-        try:
-            self._write_enqueued()
-            self._write_unsaved()
-            self._db.commit()
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot commit the journal {self.path}: {exc}") from exc
+        """Keep for good what was written since the last commit; raises ``JournalError`` if it
+        cannot (then nothing of it is kept)."""
+        ...
 
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
-        """What is written inside is kept whole or not at all: an error inside undoes it (a
-        savepoint), and goes on. Nothing is committed here: a savepoint opened outside a
-        transaction would commit on release, so one is begun first."""
-        head = self.head
-        self._write_enqueued()
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
-        self._db.execute("SAVEPOINT atomic")
-        try:
-            yield
-            self._write_enqueued()
-        except BaseException:
-            self._enqueued.clear()
-            self._db.execute("ROLLBACK TO atomic")
-            self._db.execute("RELEASE atomic")
-            self.head = head
-            raise
-        self._db.execute("RELEASE atomic")
+    def atomic(self) -> AbstractContextManager[None]:
+        """What is written inside is kept whole or not at all: an error inside undoes it, and
+        goes on. It commits nothing."""
+        ...
 
     def rollback(self) -> None:
         """Forget what was not committed (what a crash would lose)."""
-        self._enqueued.clear()
-        self._unsaved.clear()
-        self._db.rollback()
-        row = self._db.execute("SELECT max(pos) FROM log").fetchone()
-        self.head = row[0] or 0
+        ...
 
     # -- guaranteed publications -------------------------------------------------------------
 
@@ -324,260 +154,153 @@ class Journal:
         """Record ``pub`` going down ``tree``, accepted at ``at`` (Unix seconds), committed
         with transaction ``tx`` if it has one: its position, and whether it is new (a
         publication already recorded, by publisher and id, keeps its first position)."""
-        found = self._db.execute(
-            "SELECT pos FROM log WHERE publisher = ? AND id = ?", (pub.publisher, pub.id)
-        ).fetchone()
-        if found is not None:
-            return found[0], False
-        self.head += 1
-        self._db.execute(
-            "INSERT INTO log (pos, tree, publisher, id, at, body, tx) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (self.head, tree, pub.publisher, pub.id, at, _body(pub), tx),
-        )
-        if self.head % 1000 == 0 and self.head > self.retention:
-            self._db.execute("DELETE FROM log WHERE pos <= ?", (self.head - self.retention,))
-        return self.head, True
+        ...
 
     def recorded(self, publisher: str, pub_id: str) -> bool:
         """Whether a publication of ``publisher`` with id ``pub_id`` is recorded (as long as
         the journal keeps it)."""
-        found = self._db.execute(
-            "SELECT 1 FROM log WHERE publisher = ? AND id = ?", (publisher, pub_id)
-        )
-        return found.fetchone() is not None
+        ...
 
     def committed(self, tx: str) -> bool:
         """Whether transaction ``tx`` committed publications here (that the journal keeps)."""
-        found = self._db.execute("SELECT 1 FROM log WHERE tx = ? AND tx != '' LIMIT 1", (tx,))
-        return found.fetchone() is not None
+        ...
 
     def since(
         self, tree: str, after: int, limit: int, at: float = 0.0
-    ) -> tuple[list[tuple[int, int, Publication, str]], bool]:
-        """Up to ``limit`` rows of ``tree`` after position ``after``, in order, and whether
-        some after ``after`` may be gone (older than the journal keeps). A row is
-        (position, 1 if it was accepted at ``at`` or later else 0, publication, the
-        transaction it was committed with or "")."""
-        rows = self._db.execute(
-            "SELECT pos, at >= ?, body, tx FROM log WHERE tree = ? AND pos > ? "
-            "ORDER BY pos LIMIT ?",
-            (at, tree, after, limit),
-        ).fetchall()
-        oldest = self._db.execute("SELECT min(pos) FROM log").fetchone()[0]
-        lost = after > 0 and oldest is not None and oldest > after + 1
-        return [(pos, recent, _publication(body), tx) for pos, recent, body, tx in rows], lost
+    ) -> tuple[list[Logged], bool]:
+        """Up to ``limit`` publications of ``tree`` after position ``after``, in order, and
+        whether some after ``after`` may be gone (older than the journal keeps); ``at``: see
+        ``Logged``."""
+        ...
 
-    def tree_of(self, publisher: str, advertisement: str) -> str | None:
-        row = self._db.execute(
-            "SELECT tree FROM trees WHERE publisher = ? AND advertisement = ?",
-            (publisher, advertisement),
-        ).fetchone()
-        return None if row is None else str(row[0])
+    # -- trees of local advertisements -------------------------------------------------------
+
+    def tree_of(self, publisher: str, advertisement: str) -> str | None: ...
 
     def remember_tree(self, publisher: str, advertisement: str, tree: str) -> None:
         """Remember the tree of a local advertisement (the last ``TREES_KEPT`` advertisements
         are remembered: a publisher away longer than that many others advertised starts a new
         tree when it comes back)."""
-        cursor = self._db.execute(
-            "INSERT OR REPLACE INTO trees (publisher, advertisement, tree) VALUES (?, ?, ?)",
-            (publisher, advertisement, tree),
-        )
-        rowid = cursor.lastrowid or 0
-        if rowid % 1000 == 0 and rowid > TREES_KEPT:
-            self._db.execute("DELETE FROM trees WHERE rowid <= ?", (rowid - TREES_KEPT,))
+        ...
 
-    def forget_tree(self, publisher: str, advertisement: str) -> None:
-        self._db.execute(
-            "DELETE FROM trees WHERE publisher = ? AND advertisement = ?",
-            (publisher, advertisement),
-        )
+    def forget_tree(self, publisher: str, advertisement: str) -> None: ...
 
     # -- schemas -----------------------------------------------------------------------------
 
     def schemas(self) -> Iterator[Schema]:
-        for (body,) in self._db.execute("SELECT body FROM schemas").fetchall():
-            try:
-                yield msgspec.json.decode(body, type=Schema)
-            except msgspec.DecodeError as exc:
-                raise JournalError(f"the journal holds a schema it cannot read: {exc}") from exc
+        """The schemas kept; raises ``JournalError`` for one it cannot read."""
+        ...
 
     def save_schema(self, schema: Schema) -> None:
         """Keep ``schema``, in place of the one of its class kept before."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO schemas (class, body) VALUES (?, ?)",
-            (schema.class_name, msgspec.json.encode(schema)),
-        )
+        ...
 
     # -- durable subscriptions ---------------------------------------------------------------
 
     def durables(self) -> Iterator[DurableRecord]:
-        self._write_unsaved()
-        rows = self._db.execute(
-            "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility "
-            "FROM durables"
-        ).fetchall()
-        for owner, sub, cursors, nxt, acked, discarded, created, visibility in rows:
-            subscription = decode(sub)
-            if not isinstance(subscription, Subscription):
-                raise JournalError("the journal holds a durable subscription it cannot read")
-            yield DurableRecord(
-                owner,
-                subscription,
-                orjson.loads(cursors),
-                nxt,
-                acked,
-                discarded,
-                created,
-                Visibility(visibility),
-            )
+        """The durable subscriptions, as saved (committed or not): records of their own,
+        which the caller may change and ``save``."""
+        ...
 
     def save(self, record: DurableRecord) -> None:
         """Keep ``record`` as it is at the next ``commit`` (a subscription that takes many
         deliveries in one frame is written once for them all)."""
-        self._unsaved[record.owner, record.name] = record
-
-    def _write_unsaved(self) -> None:
-        if not self._unsaved:
-            return
-        rows = [
-            (
-                record.owner,
-                record.name,
-                encode(record.subscription),
-                orjson.dumps(record.cursors),
-                record.next,
-                record.acked,
-                record.discarded,
-                record.created,
-                record.visibility.value,
-            )
-            for record in self._unsaved.values()
-        ]
-        self._unsaved.clear()
-        self._db.executemany(
-            "INSERT OR REPLACE INTO durables "
-            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+        ...
 
     def forget(self, record: DurableRecord) -> None:
-        self._write_enqueued()
-        key = (record.owner, record.name)
-        self._unsaved.pop(key, None)
-        self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
-        self._db.execute("DELETE FROM runs WHERE owner = ? AND name = ?", key)
+        """Forget the durable subscription, and its queue."""
+        ...
 
     def enqueue(
         self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
     ) -> int:
-        """Queue a delivery (of a transaction's publication: ``tag``); returns its size in
-        bytes. It is inserted with the others queued before the next commit or read."""
-        body = _body(pub)
-        key = (record.owner, record.name)
-        run = self._enqueued.get(key)
-        if run is None or not run.takes(seq):
-            if run is not None:
-                self._write_enqueued()
-            run = self._enqueued[key] = _Run(seq)
-        run.add(body, tag)
-        return len(body)
+        """Queue delivery number ``seq`` (of a transaction's publication: ``tag``); returns
+        its size in bytes (those of ``pub`` encoded)."""
+        ...
 
-    def _write_enqueued(self) -> None:
-        """Insert the deliveries queued so far, a run per durable subscription: all of them,
-        or, on an error, none (they stay queued for the next attempt)."""
-        if not self._enqueued:
-            return
-        rows = [run.row(owner, name) for (owner, name), run in self._enqueued.items()]
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
-        self._db.execute("SAVEPOINT enqueued")
-        try:
-            self._db.executemany(_INSERT_RUN, rows)
-        except BaseException:
-            self._db.execute("ROLLBACK TO enqueued")
-            self._db.execute("RELEASE enqueued")
-            raise
-        self._db.execute("RELEASE enqueued")
-        self._enqueued.clear()
-
-    def queued(
-        self, record: DurableRecord, after: int, limit: int
-    ) -> list[tuple[int, Publication, Tag | None, int]]:
-        """Up to ``limit`` deliveries queued for ``record`` after number ``after``, in order:
-        (number, publication, tag, bytes)."""
-        self._write_enqueued()
-        cursor = self._db.execute(
-            "SELECT first, sizes, bodies, tags FROM runs "
-            "WHERE owner = ? AND name = ? AND last > ? ORDER BY first",
-            (record.owner, record.name, after),
-        )
-        found: list[tuple[int, Publication, Tag | None, int]] = []
-        try:
-            for first, sizes, bodies, tags in cursor:
-                run = _Run.read(first, sizes, bodies, tags)
-                found += run.deliveries(after, limit - len(found))
-                if len(found) >= limit:
-                    break
-        finally:
-            cursor.close()
-        return found
+    def queued(self, record: DurableRecord, after: int, limit: int) -> list[Queued]:
+        """Up to ``limit`` deliveries queued for ``record`` after number ``after``, in
+        order."""
+        ...
 
     def backlog(self, record: DurableRecord) -> tuple[int, int]:
         """How many deliveries are queued for ``record``, and their bytes."""
-        self._write_enqueued()
-        row = self._db.execute(
-            "SELECT coalesce(sum(last - first + 1), 0), coalesce(sum(size), 0) FROM runs "
-            "WHERE owner = ? AND name = ?",
-            (record.owner, record.name),
-        ).fetchone()
-        return int(row[0]), int(row[1])
+        ...
 
     def dequeue(
         self, record: DurableRecord, upto: int, known: tuple[int, int] | None = None
     ) -> tuple[int, int]:
         """Forget the deliveries up to ``upto`` (acknowledged, or discarded); returns how many
-        there were, and their bytes: ``known`` if the caller knows them, else read first."""
-        self._write_enqueued()
-        key = (record.owner, record.name, upto)
-        count = size = 0
-        if known is None:
-            row = self._db.execute(
-                "SELECT coalesce(sum(last - first + 1), 0), coalesce(sum(size), 0) FROM runs "
-                "WHERE owner = ? AND name = ? AND last <= ?",
-                key,
-            ).fetchone()
-            count, size = int(row[0]), int(row[1])
-        self._db.execute("DELETE FROM runs WHERE owner = ? AND name = ? AND last <= ?", key)
-        row = self._db.execute(  # the run ``upto`` falls in, if any: what is left of it stays
-            "SELECT first, sizes, bodies, tags FROM runs "
-            "WHERE owner = ? AND name = ? AND first <= ?",
-            key,
-        ).fetchone()
-        if row is not None:
-            run = _Run.read(*row)
-            cut, cut_size = run.cut(upto)
-            count += cut
-            size += cut_size
-            self._db.execute(
-                "DELETE FROM runs WHERE owner = ? AND name = ? AND first = ?",
-                (record.owner, record.name, row[0]),
-            )
-            self._db.execute(_INSERT_RUN, run.row(record.owner, record.name))
-        return known if known is not None else (count, size)
+        there were, and their bytes: ``known`` if the caller knows them, else counted."""
+        ...
 
     def oldest(self, record: DurableRecord, count: int) -> int:
         """The delivery number of the ``count``-th oldest queued delivery (0 if none)."""
-        self._write_enqueued()
-        cursor = self._db.execute(
-            "SELECT first, last FROM runs WHERE owner = ? AND name = ? ORDER BY first",
-            (record.owner, record.name),
-        )
-        try:
-            for first, last in cursor:
-                if count <= last - first + 1:
-                    return int(first) + count - 1
-                count -= last - first + 1
-        finally:
-            cursor.close()
-        return 0
+        ...
+
+    # -- exception (dead-letter) queues ------------------------------------------------------
+
+    def add_dead_letter(
+        self,
+        owner: str,
+        subscription: str,
+        ref: str,
+        publication: Publication,
+        error: str,
+        attempts: int,
+        at: float,
+    ) -> None:
+        """Put ``publication`` in the queue, with the ``ref`` of the failure that brought it,
+        the handler's ``error``, its ``attempts`` and the time (``at``, Unix seconds)."""
+        ...
+
+    def has_dead_letter(self, owner: str, subscription: str, ref: str) -> bool:
+        """Whether the queue holds the entry a failure ``ref`` brought."""
+        ...
+
+    def update_dead_letter(
+        self, owner: str, subscription: str, entry: int, error: str, attempts: int, at: float
+    ) -> None:
+        """Entry ``entry``, delivered again, failed again: its error, attempts and time are
+        these, and it is no longer marked to be delivered again. Nothing if it is gone."""
+        ...
+
+    def trim_dead_letters(
+        self, owner: str, subscription: str, max_entries: int, max_bytes: int
+    ) -> list[int]:
+        """Drop the oldest entries of the queue while it holds more than ``max_entries``
+        entries or ``max_bytes`` bytes, and count them as dropped; returns them."""
+        ...
+
+    def dead_letters(
+        self,
+        owner: str,
+        subscription: str,
+        limit: int,
+        *,
+        entries: Sequence[int] = (),
+        after: int = 0,
+        marked: bool = False,
+    ) -> list[ExceptionEntry]:
+        """Up to ``limit`` entries of the queue numbered after ``after``, in order: among
+        ``entries`` if any are given, only those marked to be delivered again if
+        ``marked``."""
+        ...
+
+    def mark_dead_letters(self, owner: str, subscription: str, entries: Sequence[int]) -> int:
+        """Mark ``entries`` of the queue (all of it if none are given) to be delivered again;
+        returns how many there are."""
+        ...
+
+    def purge_dead_letters(self, owner: str, subscription: str, entries: Sequence[int]) -> int:
+        """Remove ``entries`` from the queue (all of it if none are given); returns how many
+        there were."""
+        ...
+
+    def dead_letter_queue(self, owner: str, subscription: str) -> DeadLetterQueue:
+        """The counts of the queue (zeros if it holds nothing and dropped nothing)."""
+        ...
+
+    def dead_letter_queues(self) -> list[DeadLetterQueue]:
+        """Every queue that holds entries or has dropped some, by owner and subscription."""
+        ...

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from padres.broker import Broker, Covering
-from padres.broker.journal import Journal, Sync
 from padres.broker.quotas import Quotas
+from padres.broker.sqlite_journal import SqliteJournal, Sync
 from padres.broker.transactions import TxLimits
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.logs import setup_logging
@@ -236,12 +236,12 @@ def _quotas(args: argparse.Namespace) -> Quotas:
         ) from None
 
 
-def _journal(data: str | None, sync: Sync) -> Journal:
+def _journal(data: str | None, sync: Sync) -> SqliteJournal:
     if data is None:
-        return Journal("")  # a temporary file: on disk, so bounded in memory, but not kept
+        return SqliteJournal("")  # a temporary file: on disk, so bounded in memory, not kept
     try:
         Path(data).mkdir(parents=True, exist_ok=True)
-        return Journal(str(Path(data) / "journal.sqlite"), sync=sync)
+        return SqliteJournal(str(Path(data) / "journal.sqlite"), sync=sync)
     except (OSError, JournalError) as exc:
         raise CommandError(f"--data {data}: {exc}") from None
 

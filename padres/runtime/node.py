@@ -11,7 +11,7 @@ A frame that is not JSON, too large, or holds a message that does not decode get
 reply naming what was wrong; the connection stays open and nothing else is affected.
 
 Flow control (``Limits``, and docs/protocol.md, "Flow control and limits"): every connection
-has an outgoing queue bounded in bytes (``Outbox``). A client that reads too slowly loses what
+has an outgoing queue bounded in bytes (``SendQueue``). A client that reads too slowly loses what
 does not fit, is told, and is evicted if it does not catch up; a link to a neighbour never
 loses anything: while a link queue is long, the node stops reading from its clients, so TCP
 slows the publishers down, and a link queue that overflows all the same is closed and
@@ -62,8 +62,9 @@ from padres.model.protocol import (
     websocket_url,
 )
 from padres.runtime.backoff import Backoff
+from padres.runtime.connection import Connection, Phase
 from padres.runtime.rate import Rate
-from padres.runtime.send_queue import Outbox, QueueStatistics, combined, encode
+from padres.runtime.send_queue import QueueStatistics, SendQueue, combined, encode
 from padres.security.tls import ServerTLS, client_context, secure
 
 __all__ = ["EXTENSIONS", "BrokerNode", "Handled", "Limits", "Observer"]
@@ -177,16 +178,8 @@ class BrokerNode:
         self.evicted = 0
         self.paused = 0
         """How many times reading from clients was paused (flow control)."""
-        self._boxes: dict[str, Outbox] = {}
-        self._links: set[str] = set()
-        """Hops of neighbour brokers (their outboxes are link queues)."""
-        self._dialled: set[str] = set()
-        """Links this node dialled: to the neighbours it was given, whose frames it decodes
-        without checking their publications again (``checked_before``)."""
-        self._heard: dict[str, float] = {}
-        self._query_rates: dict[str, Rate] = {}
-        """How often each connection may query the tables."""
-        """When a frame last came from each dialled link (``time.monotonic()``)."""
+        self._connections: dict[str, Connection] = {}
+        """Every open connection by its hop."""
         self._departed = QueueStatistics()
         """What the queues of connections gone since the start sent and dropped."""
         self._reading = asyncio.Event()
@@ -247,7 +240,8 @@ class BrokerNode:
 
     def status(self) -> dict[str, Any]:
         b = self.broker
-        totals = combined([self._departed, *(box.statistics() for box in self._boxes.values())])
+        queues = (c.queue.statistics() for c in self._connections.values())
+        totals = combined([self._departed, *queues])
         return {
             "broker": b.id,
             "pid": os.getpid(),
@@ -369,9 +363,15 @@ class BrokerNode:
         hop: str,
         send: Callable[[bytes], Awaitable[None]],
         close: Callable[[int, str], Awaitable[None]],
-    ) -> None:
+        dialled: bool = False,
+    ) -> Connection:
         """A new connection: a client queue until its ``hello`` says it is a broker."""
-        self._boxes[hop] = Outbox(send, close, limit=self.limits.client_queue)
+        queue = SendQueue(send, close, limit=self.limits.client_queue)
+        rate = Rate(self.limits.queries_per_second)
+        connection = self._connections[hop] = Connection(hop, queue, rate, dialled)
+        if dialled:
+            self._link(connection)
+        return connection
 
     def attach(
         self,
@@ -383,13 +383,12 @@ class BrokerNode:
         socket (a reader too slow for it is evicted: ``close`` is called); ``submit`` hands
         the core its messages, ``detach`` ends it."""
         hop = f"l{next(self._hops)}"
-        self._open(hop, send, close)
-        self._boxes[hop].gone.add_done_callback(lambda _: self._ended(hop))
+        self._open(hop, send, close).queue.gone.add_done_callback(lambda _: self._ended(hop))
         return hop
 
     def _ended(self, hop: str) -> None:
         """An attached connection's queue gave up on it (eviction): the session is over."""
-        if hop in self._boxes:
+        if hop in self._connections:
             task = asyncio.get_running_loop().create_task(self._hang_up(hop))
             self._leaving.add(task)
             task.add_done_callback(self._leaving.discard)
@@ -402,19 +401,20 @@ class BrokerNode:
         """Every connection's queue now: hop -> its counts, bytes and messages queued, and
         whether it is a link to a neighbour."""
         return {
-            hop: {**box.statistics()._asdict(), "link": hop in self._links}
-            for hop, box in self._boxes.items()
+            hop: {**c.queue.statistics()._asdict(), "link": c.link}
+            for hop, c in self._connections.items()
         }
 
-    def _link(self, hop: str) -> None:
-        """``hop`` is a neighbour broker: its queue becomes a link queue, never thinned."""
-        self._links.add(hop)
-        self._boxes[hop].make_link(self.limits.link_queue, self._check_flow)
+    def _link(self, connection: Connection) -> None:
+        """``connection`` joins a neighbour broker: its queue becomes a link queue, never
+        thinned."""
+        connection.move(Phase.LINK)
+        connection.queue.make_link(self.limits.link_queue, self._check_flow)
 
     async def _converse(self, hop: str, reading: Coroutine[Any, Any, None]) -> None:
         """Run ``reading`` (the frames of ``hop``, to the core) until the peer goes or its
         outbox gives up on it; then the connection is over."""
-        box = self._boxes[hop]
+        box = self._connections[hop].queue
         reader = asyncio.get_running_loop().create_task(reading)
         try:
             await asyncio.wait([reader, box.gone], return_when=asyncio.FIRST_COMPLETED)
@@ -430,7 +430,7 @@ class BrokerNode:
     async def _read_session(self, receive: Receive, hop: str) -> None:
         """Frames of an accepted connection; a publisher's wait while the links are congested."""
         while True:
-            if hop not in self._links and self.broker.publishes(hop):
+            if not self._connections[hop].link and self.broker.publishes(hop):
                 await self._reading.wait()
             event = await receive()
             if event["type"] == "websocket.disconnect":
@@ -440,24 +440,21 @@ class BrokerNode:
             await self.receive(hop, data)
 
     async def _hang_up(self, hop: str) -> None:
-        box = self._boxes.pop(hop, None)
-        self._links.discard(hop)
-        self._dialled.discard(hop)
-        self._heard.pop(hop, None)
-        self._query_rates.pop(hop, None)
+        connection = self._connections.pop(hop, None)
         self._dispatch(self.broker.close(hop))
-        if box is not None:
-            gone = box.statistics()._replace(queued=0, queued_bytes=0)
+        if connection is not None:
+            connection.move(Phase.CLOSED)
+            gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
             self._departed = combined([self._departed, gone])
-            await box.close()
+            await connection.queue.close()
 
     def _evict_laggards(self) -> None:
         """Clients that have stayed over their queue limit too long are disconnected."""
-        for box in list(self._boxes.values()):
+        for box in [c.queue for c in self._connections.values()]:
             if box.droppable and not box.failing and box.over_for() >= self.limits.evict_after:
                 self._evict(box)
 
-    def _evict(self, box: Outbox) -> None:
+    def _evict(self, box: SendQueue) -> None:
         self.evicted += 1
         box.discard()
         text = (
@@ -474,7 +471,7 @@ class BrokerNode:
         bytes, until every one holds less than half of it. Links are always read: holding them
         back could deadlock a cycle of brokers; so are clients that have not advertised, whose
         acknowledgements free what durable subscriptions hold."""
-        backlog = max((self._boxes[hop].size for hop in self._links), default=0)
+        backlog = max((c.queue.size for c in self._connections.values() if c.link), default=0)
         if self._reading.is_set() and backlog > self.limits.pause_at:
             self._reading.clear()
             self.paused += 1
@@ -515,9 +512,7 @@ class BrokerNode:
     async def _serve_link(self, ws: ClientConnection) -> None:
         _small_buffers(ws.transport.get_extra_info("socket"))
         hop = f"n{next(self._hops)}"
-        self._open(hop, ws.send, ws.close)
-        self._link(hop)
-        self._dialled.add(hop)
+        self._open(hop, ws.send, ws.close, dialled=True)
         self._dispatch(self.broker.open_link(hop))
         keepalive = asyncio.get_running_loop().create_task(self._keepalive(ws, hop))
         try:
@@ -526,8 +521,9 @@ class BrokerNode:
             keepalive.cancel()
 
     async def _read_link(self, ws: ClientConnection, hop: str) -> None:
+        connection = self._connections[hop]
         async for data in ws:
-            self._heard[hop] = time.monotonic()
+            connection.heard = time.monotonic()
             await self._authenticate(hop, data)
             await self.receive(hop, data)
 
@@ -535,6 +531,7 @@ class BrokerNode:
         """Ping the neighbour every heartbeat; close the link once neither the pong nor any
         other frame has come for twice that."""
         timeout = 2 * self.heartbeat
+        connection = self._connections[hop]
         pong: asyncio.Future[float] | None = None
         pinged = 0.0
         with contextlib.suppress(ConnectionClosed):  # the link is going anyway
@@ -543,7 +540,7 @@ class BrokerNode:
                 now = time.monotonic()
                 if pong is None or pong.done():
                     pong, pinged = asyncio.ensure_future(await ws.ping()), now
-                elif now - max(pinged, self._heard.get(hop, 0.0)) >= timeout:
+                elif now - max(pinged, connection.heard) >= timeout:
                     log.warning("%s: %s stopped answering", self.broker.id, hop)
                     await ws.close(1011, "keepalive ping timeout")
                     return
@@ -562,7 +559,7 @@ class BrokerNode:
         try:
             items = self._decode(hop, data)
             done = 0
-            while done < len(items) and hop in self._boxes:
+            while done < len(items) and hop in self._connections:
                 done = self._submit(hop, items, done, SLICE)
                 if done < len(items):
                     await asyncio.sleep(0)
@@ -572,15 +569,18 @@ class BrokerNode:
 
     def _decode(self, hop: str, data: bytes | str) -> Sequence[Envelope | Rejected]:
         """The messages of a frame; none, and an ``error`` to ``hop``, if it is refused."""
+        connection = self._connections.get(hop)
         try:
             items = decode_frame(
-                data, max_bytes=self.limits.frame_bytes, checked=hop in self._dialled
+                data,
+                max_bytes=self.limits.frame_bytes,
+                checked=connection is not None and connection.dialled,
             )
         except DecodeError as exc:
             self.rejected += 1
             self._dispatch([(hop, Error(f"frame refused: {exc}"))])
             return []
-        if len(items) > self.limits.frame_messages and hop not in self._links:
+        if len(items) > self.limits.frame_messages and not (connection and connection.link):
             self.rejected += 1
             why = (
                 f"frame refused: it holds {len(items):,} messages; the limit is "
@@ -646,12 +646,13 @@ class BrokerNode:
             except Exception:  # counting must not cost what was handled
                 log.exception("%s: an observer failed", self.broker.id)
         self._dispatch(outs)
-        if self.broker.guard is not None and not self.broker.greeted(hop) and hop in self._boxes:
+        connection = self._connections.get(hop)
+        if self.broker.guard is not None and not self.broker.greeted(hop) and connection:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
             refusal = next((m for h, m in outs if h == hop and isinstance(m, Error)), None)
             if refusal is not None:
                 log.warning("%s: refused %s: %s", self.broker.id, hop, refusal.text)
-            self._boxes[hop].fail(1008, "not authenticated", refusal)
+            connection.queue.fail(1008, "not authenticated", refusal)
         return left
 
     async def _authenticate(self, hop: str, data: bytes | str) -> None:
@@ -678,26 +679,27 @@ class BrokerNode:
                 await asyncio.to_thread(guard.accounts.authenticate, hello.user, hello.password)
 
     def _may_query(self, hop: str) -> bool:
-        rate = self._query_rates.get(hop)
-        if rate is None:
-            rate = self._query_rates[hop] = Rate(self.limits.queries_per_second)
-        return rate.allow()
+        connection = self._connections.get(hop)
+        return connection is None or connection.queries.allow()
 
     def _promote(self, hop: str) -> None:
         """A broker's ``hello`` on an accepted connection: once the core has taken it as a
         neighbour, its queue is a link queue like the dialling side's."""
-        if hop not in self._links and hop in self.broker.peers:
-            self._link(hop)
+        connection = self._connections.get(hop)
+        if connection is not None and not connection.link and hop in self.broker.peers:
+            self._link(connection)
 
     def _dispatch(self, outs: list[Out]) -> None:
         """Queue each message, encoded once however many hops it goes to. The journal is
         committed first: nothing is sent ahead of what the broker promised on disk."""
         self.broker.journal.commit()
         encoded: dict[int, bytes] = {}
+        connections = self._connections
         for hop, message in outs:
-            box = self._boxes.get(hop)
-            if box is None:
+            connection = connections.get(hop)
+            if connection is None:
                 continue
+            box = connection.queue
             data = encoded.get(id(message))
             if data is None:
                 data = encoded[id(message)] = encode(message)

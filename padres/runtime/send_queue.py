@@ -26,7 +26,7 @@ from typing import Final, NamedTuple
 from padres.model.codec import encode
 from padres.model.protocol import Envelope, Error
 
-__all__ = ["FRAME_BYTES", "GRACE", "Outbox", "QueueStatistics", "combined", "encode"]
+__all__ = ["FRAME_BYTES", "GRACE", "QueueStatistics", "SendQueue", "combined", "encode"]
 
 FRAME_BYTES: Final = 256 * 1024
 """A frame holds messages up to this many bytes (a larger message goes alone)."""
@@ -52,7 +52,7 @@ def combined(statistics: Iterable[QueueStatistics]) -> QueueStatistics:
     return QueueStatistics(*(sum(column) for column in columns))
 
 
-class Outbox:
+class SendQueue:
     """A bounded queue of encoded messages and the task that writes them in frames."""
 
     def __init__(
@@ -82,9 +82,9 @@ class Outbox:
         """When (``time.monotonic()``) the current episode of losses began."""
         self.failing = False
         self.reason = ""
-        """Why the outbox gave up on its connection."""
+        """Why the queue gave up on its connection."""
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        """Done once the outbox can send no more: it was given up on, or a write failed."""
+        """Done once the queue can send no more: it was given up on, or a write failed."""
         self._task = asyncio.get_running_loop().create_task(self._write())
 
     def __len__(self) -> int:

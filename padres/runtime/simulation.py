@@ -18,6 +18,7 @@ from typing import Final
 
 from padres.broker import Broker, Covering
 from padres.broker.journal import Journal
+from padres.broker.memory_journal import MemoryJournal
 from padres.model.codec import encode
 from padres.model.messages import Publication
 from padres.model.protocol import (
@@ -120,7 +121,7 @@ class Simulation:
             conformity=self.conformity,
             limits=self.limits,
             epoch=str(run),
-            journal=self.journals.setdefault(broker_id, Journal()),
+            journal=self.journals.setdefault(broker_id, MemoryJournal()),
             accounts=self.accounts,
             credentials=credentials,
         )
