@@ -83,7 +83,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await node.start()
         for spec in specs:
             await node.store_spec(spec)
-        collector.settle()
+        collector.freeze()
         print(
             f"database {args.id} attached to {client.broker}, storing into {store.url}", flush=True
         )

@@ -145,7 +145,7 @@ class TransactionalOutbox:
             rows = conn.execute(query).all()
         return [(int(seq), _decoded(body)) for seq, body in rows]
 
-    def settle(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
+    def mark(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
         """Delete the rows ``published`` (acknowledged by the broker); mark those ``refused``
         with the broker's reason. One transaction."""
         with self._storage("update the outbox"), self.engine.begin() as conn:
@@ -272,7 +272,7 @@ class OutboxRelay:
                     seq: self._refused[pub.id] for seq, pub in rows if pub.id in self._refused
                 }
                 published = [seq for seq, _ in rows if seq not in refused]
-                await asyncio.to_thread(self.outbox.settle, published, refused)
+                await asyncio.to_thread(self.outbox.mark, published, refused)
                 total += len(published)
                 self.published += len(published)
 

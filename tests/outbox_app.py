@@ -35,7 +35,7 @@ orders = Table(
 class _DyingOutbox(TransactionalOutbox):
     """Dies when the relay comes to delete the rows it published."""
 
-    def settle(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
+    def mark(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

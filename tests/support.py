@@ -56,7 +56,7 @@ def wait_linked(links: Iterable[str], urls: Mapping[str, str], timeout: float = 
         wanted[link[1]].add(link[0])
     deadline = time.monotonic() + timeout
     for name, url in urls.items():
-        while set(health(url)["neighbors"]) != wanted[name]:
+        while set(health(url)["neighbours"]) != wanted[name]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name} did not link to {sorted(wanted[name])} in time")
             time.sleep(0.05)

@@ -272,7 +272,7 @@ def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
     )
     url_b = node_broker.start()
     publisher_broker = BrokerProcess(
-        "A", neighbors=[url_b], options=["--heartbeat", "1", "--data", str(tmp_path / "A")]
+        "A", neighbours=[url_b], options=["--heartbeat", "1", "--data", str(tmp_path / "A")]
     )
     url_a = publisher_broker.start()
     db_url = f"sqlite:///{tmp_path / 'db1.sqlite'}"

@@ -55,7 +55,7 @@ async def _broker(path: Path, **limits: int) -> AsyncIterator[tuple[str, Broker]
     queues' bounds."""
     broker = Broker("B", journal=SqliteJournal(str(path)))
     for name, value in limits.items():
-        setattr(broker.exceptions, name, value)
+        setattr(broker.dead_letters, name, value)
     node = BrokerNode(broker, heartbeat=1)
     port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     serving = asyncio.ensure_future(node.serve(ready=port.set_result))
@@ -216,9 +216,9 @@ async def test_a_full_queue_drops_its_oldest_entries_and_counts_them(
         await eventually(lambda: _all_failed(handle, 5))
         size = (await manager.exceptions("s")).bytes // 5
         if limit == "max_entries":
-            broker.exceptions.max_entries = 3
+            broker.dead_letters.max_entries = 3
         else:
-            broker.exceptions.max_bytes = size * 7 // 2
+            broker.dead_letters.max_bytes = size * 7 // 2
         await _publish(shop, 5)
         await eventually(lambda: _all_failed(handle, 6))
         report = await manager.exceptions("s")

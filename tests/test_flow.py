@@ -125,9 +125,9 @@ async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def _start(
-    brokers: dict[str, BrokerProcess], name: str, *options: str, neighbors: tuple[str, ...] = ()
+    brokers: dict[str, BrokerProcess], name: str, *options: str, neighbours: tuple[str, ...] = ()
 ) -> str:
-    proc = BrokerProcess(name, neighbors=neighbors, options=options)
+    proc = BrokerProcess(name, neighbours=neighbours, options=options)
     brokers[name] = proc
     return proc.start()
 
@@ -263,7 +263,7 @@ def test_the_accepting_side_of_a_link_queues_without_dropping(
     """A's clients may queue 256 KiB; its link to B, which B dialled, holds far more than that
     while B is frozen, and everything arrives once B runs again."""
     a = _start(brokers, "A", "--client-queue", "0.25")
-    b = _start(brokers, "B", neighbors=(a,))
+    b = _start(brokers, "B", neighbours=(a,))
     payload = "y" * 2000
 
     async def run() -> None:
@@ -297,7 +297,7 @@ def test_a_link_that_overflows_is_closed_and_resynchronised_never_thinned(
     """A's link to B may queue 256 KiB (and A pauses its clients only at 4 MiB): with B frozen,
     the link overflows, A drops it whole, and B links again once it runs."""
     a = _start(brokers, "A", "--link-queue", "0.25", "--pause-at", "4")
-    b = _start(brokers, "B", neighbors=(a,))
+    b = _start(brokers, "B", neighbours=(a,))
     payload = "w" * 10_000
 
     async def run() -> None:
@@ -313,10 +313,10 @@ def test_a_link_that_overflows_is_closed_and_resynchronised_never_thinned(
                         for n in range(start, start + 20)
                     ]
                     await pub.publish_many(batch)
-                await eventually(lambda: health(a)["neighbors"] == [])
+                await eventually(lambda: health(a)["neighbours"] == [])
             finally:
                 brokers["B"].resume()
-            await eventually(lambda: health(a)["neighbors"] == ["B"])
+            await eventually(lambda: health(a)["neighbours"] == ["B"])
             await eventually(lambda: health(a)["subscriptions"] == 1)
             await pub.publish("[class,'T']", id="after")
             await eventually(lambda: inbox.ids[-1:] == ["after"])
@@ -334,8 +334,8 @@ def test_a_publisher_faster_than_the_overlay_is_slowed_not_cut_off(
     while: B1 stops reading it, TCP holds it back, and once B2 runs again every publication
     reaches the subscriber at B3."""
     b1 = _start(brokers, "B1", "--pause-at", "0.5")
-    b2 = _start(brokers, "B2", neighbors=(b1,))
-    b3 = _start(brokers, "B3", neighbors=(b2,))
+    b2 = _start(brokers, "B2", neighbours=(b1,))
+    b3 = _start(brokers, "B3", neighbours=(b2,))
     payload = "z" * 4000
     count, per_frame = 4000, 50
 
@@ -397,11 +397,11 @@ def test_a_dialled_link_that_misbehaves_is_dialled_again(
     async def run() -> None:
         async with serve(neighbour, "127.0.0.1", 0) as server:
             port = server.sockets[0].getsockname()[1]
-            url = _start(brokers, "B", neighbors=(f"ws://127.0.0.1:{port}",))
+            url = _start(brokers, "B", neighbours=(f"ws://127.0.0.1:{port}",))
             await eventually(lambda: len(dialled) >= 3)
             assert set(dialled) == {"B"}
         # each dial may hold the link for a moment; once the neighbour is gone, none is left
-        await eventually(lambda: health(url)["neighbors"] == [])
+        await eventually(lambda: health(url)["neighbours"] == [])
 
     asyncio.run(run())
 
@@ -427,7 +427,7 @@ def test_a_failure_on_a_dialled_link_never_stops_the_dialling(
     async def run() -> None:
         async with serve(neighbour, "127.0.0.1", 0) as server:
             port = server.sockets[0].getsockname()[1]
-            node = BrokerNode(_Buggy("B"), neighbors=[f"ws://127.0.0.1:{port}"])
+            node = BrokerNode(_Buggy("B"), neighbours=[f"ws://127.0.0.1:{port}"])
             serving = asyncio.ensure_future(node.serve())
             try:
                 await eventually(lambda: len(dialled) >= 3)

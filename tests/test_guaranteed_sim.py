@@ -113,7 +113,7 @@ def _restart(sim: Simulation, name: str, clients: list[Publisher | Subscriber]) 
             c.connect()
 
 
-def _settle(sim: Simulation, clients: list[Publisher | Subscriber]) -> None:
+def _run_and_collect(sim: Simulation, clients: list[Publisher | Subscriber]) -> None:
     for _ in range(5):
         sim.run()
         sim.tick(1.0)
@@ -151,7 +151,7 @@ def test_durable_subscribers_get_every_guaranteed_publication_once_through_crash
                 p.publish()
             sim.step(rng.randint(0, 20))
         _restart(sim, victim, everyone)
-    _settle(sim, everyone)
+    _run_and_collect(sim, everyone)
     for p in publishers:
         assert p.unacked == {}, "every guaranteed publication is acknowledged in the end"
     for s in subscribers:
@@ -222,7 +222,7 @@ def test_a_durable_subscription_on_the_publishers_broker_survives_its_crash() ->
         sim.step(3)
     sim.crash("A")
     _restart(sim, "A", everyone)
-    _settle(sim, everyone)
+    _run_and_collect(sim, everyone)
     assert [n for _, n in sub.got] == list(range(30))
 
 
@@ -382,7 +382,7 @@ def test_deliveries_kept_in_memory_and_read_back_from_the_journal_join_without_g
             sim.reattach(sub.client)
             sub.connect()
     for _ in range(20):  # five deliveries a round trip
-        _settle(sim, [pub, *subs])
+        _run_and_collect(sim, [pub, *subs])
     for sub in subs:
         assert [n for _, n in sub.got] == list(range(40))
     (stats, _) = sim.brokers["C"].durables.statistics()
@@ -483,7 +483,7 @@ def test_a_publication_of_a_tree_not_followed_does_not_move_the_cursor() -> None
         _carry(sim, link[0], link[1])  # it reaches D, which follows no tree, through C
     sim.run()  # D takes the tree from C and asks again for what it missed
     sim.link("D", "E")
-    _settle(sim, [pub, sub])
+    _run_and_collect(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(7))
 
 
@@ -495,7 +495,7 @@ def test_a_publication_along_a_stale_route_does_not_overtake_one_along_the_tree(
         _carry(sim, "E", "D", 1)  # the answer: up to the head before that publication
     pub.publish()  # through C it reaches D first
     _run_except(sim, "ED")
-    _settle(sim, [pub, sub])
+    _run_and_collect(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(5))
 
 
@@ -523,9 +523,9 @@ def test_a_durable_subscription_resumed_during_a_recovery_that_is_replaced_is_ac
     _carry(sim, "E", "D")  # D follows it through E: a new recovery replaces the first
     assert _parent(sim, "D") == "E"
     sim.link("A", "C")
-    _settle(sim, [pub, sub])
+    _run_and_collect(sim, [pub, sub])
     assert sub.client.acks.count("d") == 2
-    assert all(len(b.settling) == 0 for b in sim.brokers.values())
+    assert all(len(b.echoes) == 0 for b in sim.brokers.values())
 
 
 def test_a_publisher_back_after_leaving_during_a_recovery_of_its_tree_loses_nothing() -> None:
@@ -547,7 +547,7 @@ def test_a_publisher_back_after_leaving_during_a_recovery_of_its_tree_loses_noth
     sim.reattach(pub.client)
     pub.connect()  # the same advertisement again: the same tree, asked again from D's cursor
     pub.publish()
-    _settle(sim, [pub, sub])
+    _run_and_collect(sim, [pub, sub])
     assert [n for _, n in sub.got] == list(range(6))
 
 
@@ -594,7 +594,7 @@ def test_an_advertisement_flood_crossing_itself_as_its_root_fails_settles_later(
     sim.link("A", "C")
     sim.run()
     assert pub.client.acks == ["a"]  # the advertisement made again has settled
-    assert all(len(b.settling) == 0 for b in sim.brokers.values())
+    assert all(len(b.echoes) == 0 for b in sim.brokers.values())
 
 
 @dataclass
@@ -692,11 +692,11 @@ def test_every_durable_subscriber_gets_everything_once_under_random_faults(seed:
         sim.step(rng.randint(0, 20))
     for c in faults.away():
         faults.reattach(c)
-    _settle(sim, everyone)
+    _run_and_collect(sim, everyone)
     for p in publishers:
         for _ in range(3):
             p.publish()  # the routes work again without any recovery
-    _settle(sim, everyone)
+    _run_and_collect(sim, everyone)
     for p in publishers:
         assert p.unacked == {}
     for s in subscribers:
@@ -706,5 +706,5 @@ def test_every_durable_subscriber_gets_everything_once_under_random_faults(seed:
             assert got == list(range(p.count)), (s.client.name, name)
     for broker in sim.brokers.values():
         assert all(d["recovering"] == 0 for d in broker.durables.statistics())
-        assert len(broker.settling) == 0, broker.id
+        assert len(broker.echoes) == 0, broker.id
     _queues_agree(sim)

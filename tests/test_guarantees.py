@@ -32,7 +32,7 @@ def ring(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
             procs[name] = BrokerProcess(
                 name,
                 port=ports[name],
-                neighbors=[f"ws://127.0.0.1:{ports[n]}" for n in dials],
+                neighbours=[f"ws://127.0.0.1:{ports[n]}" for n in dials],
                 options=["--heartbeat", "1", "--data", str(tmp_path / name)],
             )
             procs[name].start()

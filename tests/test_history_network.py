@@ -24,9 +24,9 @@ def triangle(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Brokers A, B, C in a cycle; databases D1 at B and D2 at C, both storing orders."""
     a = BrokerProcess("A", options=["--heartbeat", "1"])
     urls = {"A": a.start()}
-    b = BrokerProcess("B", neighbors=[urls["A"]])
+    b = BrokerProcess("B", neighbours=[urls["A"]])
     urls["B"] = b.start()
-    c = BrokerProcess("C", neighbors=[urls["A"], urls["B"]])
+    c = BrokerProcess("C", neighbours=[urls["A"], urls["B"]])
     urls["C"] = c.start()
     d1 = DatabaseProcess("D1", urls["B"], f"sqlite:///{tmp_path / 'd1.sqlite'}", stores=[ORDERS])
     d2 = DatabaseProcess("D2", urls["C"], f"sqlite:///{tmp_path / 'd2.sqlite'}", stores=[ORDERS])

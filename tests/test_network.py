@@ -25,9 +25,9 @@ from tests.support import eventually, health
 
 
 def _start(
-    brokers: dict[str, BrokerProcess], name: str, neighbors: Sequence[str] = (), port: int = 0
+    brokers: dict[str, BrokerProcess], name: str, neighbours: Sequence[str] = (), port: int = 0
 ) -> str:
-    proc = BrokerProcess(name, port=port, neighbors=neighbors, options=["--heartbeat", "1"])
+    proc = BrokerProcess(name, port=port, neighbours=neighbours, options=["--heartbeat", "1"])
     brokers[name] = proc
     return proc.start()
 
@@ -150,7 +150,7 @@ def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerPro
         assert len(await pub.query("subscriptions")) == 0  # withdrawn with the link
         brokers["B"].start()  # same port: the neighbours dial it again
 
-        await eventually(lambda: health(b)["neighbors"] == ["A", "C", "D"])
+        await eventually(lambda: health(b)["neighbours"] == ["A", "C", "D"])
         await eventually(lambda: health(b)["subscriptions"] == 2)
         await _routes_at(pub, 1)
         await pub.publish("[class,'T'],[n,2]", id="after")
@@ -173,10 +173,10 @@ def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
             await sub.subscribe("[class,eq,'T']", inbox, id="s")
             await _routes_at(pub, 1)
             brokers["C"].pause()  # C hangs: its socket stays open, but it answers nothing
-            await eventually(lambda: health(b)["neighbors"] == ["A"], timeout=10)
+            await eventually(lambda: health(b)["neighbours"] == ["A"], timeout=10)
             assert await pub.query("subscriptions") == ()  # withdrawn: C stopped answering
             brokers["C"].resume()  # C notices its link is gone, dials again, resends
-            await eventually(lambda: health(b)["neighbors"] == ["A", "C"], timeout=15)
+            await eventually(lambda: health(b)["neighbours"] == ["A", "C"], timeout=15)
             await _routes_at(pub, 1)
             await pub.publish("[class,'T']", id="back")
             await eventually(lambda: inbox.ids() == ["back"])

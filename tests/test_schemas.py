@@ -132,7 +132,7 @@ def test_a_schema_declared_at_one_broker_reaches_every_broker_before_the_ok(seed
     sim.run()
     row = "'STOCK' v1: listed:boolean? price:float symbol:string volume:integer?"
     assert _schemas(sim) == {b: [row] for b in "ABC"}
-    assert sim.tables_empty() and not any(len(b.settling) for b in sim.brokers.values())
+    assert sim.tables_empty() and not any(len(b.echoes) for b in sim.brokers.values())
 
 
 def test_a_schema_publication_declares_and_widens_as_the_command_does() -> None:
@@ -727,7 +727,7 @@ def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
     brokers["B1"] = BrokerProcess("B1", options=options)
     b1 = brokers["B1"].start()
     options = ["--heartbeat", "1", "--max-schemas", "1"]
-    brokers["B2"] = BrokerProcess("B2", neighbors=[b1], options=options)
+    brokers["B2"] = BrokerProcess("B2", neighbours=[b1], options=options)
     b2 = brokers["B2"].start()
 
     done = _padres("schema", "declare", "--broker", b2, "STOCK", "symbol:string", "price:float")
@@ -757,7 +757,7 @@ def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
     row = "'STOCK' v2: exchange:string? price:float symbol:string volume:integer?"
     assert listed.returncode == 0 and listed.stdout == f"{row}\n"
 
-    brokers["B3"] = BrokerProcess("B3", neighbors=[b1], options=["--heartbeat", "1"])
+    brokers["B3"] = BrokerProcess("B3", neighbours=[b1], options=["--heartbeat", "1"])
     b3 = brokers["B3"].start()  # joins later: learns the schema from B1
     asyncio.run(_refused_at(b3))
 

@@ -717,10 +717,10 @@ def test_an_unreadable_file_keeps_the_accounts_in_force(tmp_path: Path) -> None:
 
 
 def _broker(
-    acc: Accounts, broker_id: str, neighbors: Sequence[str] = (), log: IO[bytes] | None = None
+    acc: Accounts, broker_id: str, neighbours: Sequence[str] = (), log: IO[bytes] | None = None
 ) -> BrokerProcess:
     options = ["--accounts", str(acc.path), "--user", broker_id, "--password", f"{broker_id}-pw"]
-    return BrokerProcess(broker_id, neighbors=neighbors, options=options, log=log)
+    return BrokerProcess(broker_id, neighbours=neighbours, options=options, log=log)
 
 
 def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> None:
@@ -733,11 +733,11 @@ def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> Non
             url1 = b1.start()
             b2 = _broker(acc, "B2", [url1])
             url2 = b2.start()
-            intruder.neighbors = [url1]  # no credentials of its own
+            intruder.neighbours = [url1]  # no credentials of its own
             url3 = intruder.start()
             asyncio.run(_converse(acc, url1, url2))
-            assert health(url1, ADMIN)["neighbors"] == ["B2"]
-            assert health(url3, ADMIN)["neighbors"] == []
+            assert health(url1, ADMIN)["neighbours"] == ["B2"]
+            assert health(url3, ADMIN)["neighbours"] == []
         finally:
             for broker in (b1, b2, intruder):
                 if broker is not None:
@@ -785,7 +785,7 @@ def test_passwords_are_checked_off_the_event_loop(tmp_path: Path) -> None:
 
 
 async def _converse(acc: Accounts, url1: str, url2: str) -> None:
-    await eventually(lambda: health(url1, ADMIN)["neighbors"] == ["B2"])
+    await eventually(lambda: health(url1, ADMIN)["neighbours"] == ["B2"])
     for kwargs, why in [
         ({"user": "manager-eu", "password": "wrong"}, "unknown user or wrong password"),
         ({"user": "mallory", "password": "x"}, "unknown user or wrong password"),
@@ -1046,7 +1046,7 @@ def test_disjoint_grants_hold_in_a_cyclic_overlay_with_two_databases(
                 stack.callback(node.stop)
                 node.start()
         deadline = time.monotonic() + 15
-        while len(health(urls[0], ADMIN)["neighbors"]) < 2:
+        while len(health(urls[0], ADMIN)["neighbours"]) < 2:
             assert time.monotonic() < deadline, "B1 did not link to B2 and B3"
             time.sleep(0.1)
         asyncio.run(_two_regions(urls))
@@ -1105,4 +1105,4 @@ def test_an_exception_queue_takes_only_what_its_client_may_receive(overlay: Over
         "user 'manager-eu' may not put [class,'DB_CONTROL'],[command,'STOP'] into an exception "
         "queue: no subscribe grant matches it"
     ]
-    assert ov.sim.brokers["B3"].exceptions.queues() == []
+    assert ov.sim.brokers["B3"].dead_letters.queues() == []

@@ -58,13 +58,13 @@ def _tls_broker(
     name: str,
     cert: Path,
     key: Path,
-    neighbors: list[str] | None = None,
+    neighbours: list[str] | None = None,
     ca: Path | None = None,
 ) -> str:
     options = ["--heartbeat", "1", "--tls-cert", str(cert), "--tls-key", str(key)]
     if ca is not None:
         options += ["--tls-ca", str(ca)]
-    proc = BrokerProcess(name, neighbors=neighbors or [], options=options)
+    proc = BrokerProcess(name, neighbours=neighbours or [], options=options)
     brokers[name] = proc
     return proc.start()
 
@@ -98,7 +98,7 @@ def test_clients_and_links_speak_tls_and_the_web_api_serves_https(
     asyncio.run(run())
     https = b1.replace("wss://", "https://").removesuffix("/ws")
     health = httpx.get(f"{https}/health", verify=client_context(ca), timeout=10).json()
-    assert health["broker"] == "B1" and health["neighbors"] == ["B2"]
+    assert health["broker"] == "B1" and health["neighbours"] == ["B2"]
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         httpx.get(f"{https}/health", verify=client_context(certs["other"]), timeout=10)
 
@@ -133,7 +133,7 @@ def test_a_link_to_a_neighbour_whose_certificate_does_not_verify_is_not_made(
     verify = client_context(certs["cert"])
 
     def neighbours() -> list[str]:
-        return list(httpx.get(f"{https}/health", verify=verify, timeout=10).json()["neighbors"])
+        return list(httpx.get(f"{https}/health", verify=verify, timeout=10).json()["neighbours"])
 
     async def linked() -> None:
         await eventually(lambda: neighbours() == ["B3"])

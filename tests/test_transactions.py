@@ -47,7 +47,7 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Brok
             procs[name] = BrokerProcess(
                 name,
                 port=ports[name],
-                neighbors=[f"ws://127.0.0.1:{ports[dials[name]]}"],
+                neighbours=[f"ws://127.0.0.1:{ports[dials[name]]}"],
                 options=[
                     *("--tx-linger", "1", "--tx-max-publications", "20"),
                     *("--data", str(data / name)),

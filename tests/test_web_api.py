@@ -59,7 +59,7 @@ def web_overlay(directory: Path, options: tuple[str, ...] = ()) -> Iterator[WebO
         stack.callback(b2.stop)
         b2.start()
         for name in ("B1", "B3"):
-            procs[name] = BrokerProcess(name, neighbors=[b2.url], options=list(options))
+            procs[name] = BrokerProcess(name, neighbours=[b2.url], options=list(options))
             stack.callback(procs[name].stop)
         url = f"sqlite:///{directory / 'db1.sqlite'}"
         db = DatabaseProcess("DB1", b2.url, url, stores=[ORDERS])
@@ -71,7 +71,7 @@ def web_overlay(directory: Path, options: tuple[str, ...] = ()) -> Iterator[WebO
 
         def linked() -> bool:
             health = httpx.get(f"{overlay.http('B2')}/health").json()
-            return len(health["neighbors"]) == 2
+            return len(health["neighbours"]) == 2
 
         def complete() -> bool:
             view = httpx.get(f"{overlay.http('B2')}/api/v1/overlay").json()
@@ -326,7 +326,7 @@ def test_the_broker_its_routing_tables_and_the_overlay(overlay: WebOverlay) -> N
     sub = _subscribe(b2, filter="[class,eq,'Route'],[x,>,1]")
     broker = httpx.get(f"{b2}/api/v1/broker").json()
     assert broker["id"] == "B2" and broker["uptime"] > 0
-    assert sorted(n["id"] for n in broker["neighbors"]) == ["B1", "B3"]
+    assert sorted(n["id"] for n in broker["neighbours"]) == ["B1", "B3"]
     assert "DB1@B2" in [c["name"] for c in broker["clients"]]
     assert {"queued_bytes", "dropped", "evicted"} <= set(broker["queues"])
 
@@ -628,12 +628,12 @@ def test_a_trace_is_complete_in_a_cyclic_overlay() -> None:
     with ExitStack() as stack:
         procs: list[BrokerProcess] = []
         for name in ("C1", "C2", "C3"):
-            proc = BrokerProcess(name, neighbors=[p.url for p in procs])
+            proc = BrokerProcess(name, neighbours=[p.url for p in procs])
             stack.callback(proc.stop)
             proc.start()
             procs.append(proc)
         c1, c2, c3 = (f"http://127.0.0.1:{p.port}" for p in procs)
-        eventually(lambda: len(httpx.get(f"{c1}/health").json()["neighbors"]) == 2)
+        eventually(lambda: len(httpx.get(f"{c1}/health").json()["neighbours"]) == 2)
         _advertise(c1, "[class,eq,'Parcel'],[to,isPresent,'']", "post")
         subs = {b: _subscribe(b, filter="[class,eq,'Parcel']")["id"] for b in (c2, c3)}
         for attempt in range(3):

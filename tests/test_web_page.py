@@ -218,10 +218,10 @@ def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
     accounts.add("ops", "ops-pw", admin=True)
     token = accounts.add_token("ops", "page")
 
-    def secured(name: str, neighbors: list[str]) -> BrokerProcess:
+    def secured(name: str, neighbours: list[str]) -> BrokerProcess:
         login = ["--user", name, "--password", f"{name}-pw"]
         options = ["--accounts", str(accounts.path), *login]
-        return BrokerProcess(name, neighbors=neighbors, options=options)
+        return BrokerProcess(name, neighbours=neighbours, options=options)
 
     s1 = secured("S1", [])
     s2: BrokerProcess | None = None

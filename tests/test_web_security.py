@@ -86,7 +86,7 @@ def test_the_description_and_liveness_are_open(secured: tuple[str, str]) -> None
     # Liveness only: the figures name clients and neighbours, which are the admin's to read.
     assert sorted(httpx.get(f"{base}/health").json()) == ["broker", "uptime"]
     status = httpx.get(f"{base}/api/v1/broker", auth=_as("ops")).json()["status"]
-    assert {"clients", "neighbors", "durables"} <= status.keys()
+    assert {"clients", "neighbours", "durables"} <= status.keys()
 
 
 def test_reading_the_broker_takes_the_admin_right(secured: tuple[str, str]) -> None:

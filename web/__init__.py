@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from padres.runtime.node import BrokerNode
-from web import broker, exceptions, history, publishing, subscribing
+from web import broker, dead_letters, history, publishing, subscribing
 from web.auth import Authenticator
 from web.clients import Clients
 from web.metrics import Metrics
@@ -49,7 +49,7 @@ def install(node: BrokerNode) -> None:
     for module in (publishing, subscribing, history):
         app.include_router(module.router(clients, auth))
     owner = [Depends(auth.client_owner)]
-    app.include_router(exceptions.router(clients), dependencies=owner)
+    app.include_router(dead_letters.router(clients), dependencies=owner)
     admin = [Depends(auth.admin)]
     app.include_router(broker.router(clients), dependencies=admin)
     app.include_router(metrics.router(), dependencies=admin)

@@ -48,7 +48,7 @@ def broker_info(clients: Clients) -> dict[str, Any]:
     return {
         "id": node.broker.id,
         "uptime": status["uptime"],
-        "neighbors": [
+        "neighbours": [
             {"id": names.get(hop, hop), "hop": hop, **q} for hop, q in queues.items() if q["link"]
         ],
         "clients": [

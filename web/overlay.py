@@ -111,7 +111,7 @@ class Overlay:
         return {
             "id": broker.id,
             "url": url,
-            "neighbors": sorted(broker.peers.values()),
+            "neighbours": sorted(broker.peers.values()),
             "clients": sorted(clients),
             "databases": databases(self.clients),
             "uptime": status["uptime"],
@@ -140,7 +140,7 @@ class Overlay:
     def _complete(self) -> bool:
         """Whether this broker and every broker a report names as a neighbour reported."""
         own = self.clients.node.broker.id
-        named = {n for info in self.brokers.values() for n in info["neighbors"]}
+        named = {n for info in self.brokers.values() for n in info["neighbours"]}
         return own in self.brokers and named <= self.brokers.keys()
 
     def view(self) -> dict[str, Any]:
@@ -152,7 +152,7 @@ class Overlay:
             {
                 tuple(sorted((b, n)))
                 for b, info in self.brokers.items()
-                for n in info["neighbors"]
+                for n in info["neighbours"]
                 if n in self.brokers
             }
         )

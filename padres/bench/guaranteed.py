@@ -52,10 +52,10 @@ class _Chain:
         ports = free_ports(3)
         self.procs: dict[str, BrokerProcess] = {}
         for i, name in enumerate("ABC"):
-            neighbors = [f"ws://127.0.0.1:{ports[i - 1]}"] if i else []
+            neighbours = [f"ws://127.0.0.1:{ports[i - 1]}"] if i else []
             options = ["--data", str(data / name), "--sync", sync.value]
             self.procs[name] = BrokerProcess(
-                name, port=ports[i], neighbors=neighbors, options=options
+                name, port=ports[i], neighbours=neighbours, options=options
             )
 
     def __enter__(self) -> dict[str, str]:

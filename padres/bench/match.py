@@ -4,7 +4,7 @@ Every figure comes from one run: the engine's time per publication (median and p
 naive scan's on a sample of the same publications, their ratio, and a check that both found
 the same matches on that sample. Build, insert and remove rates and memory come from the
 engine's own network (resident set growth per condition). After loading, the garbage
-collector is settled as a broker settles it (``padres.runtime.collector.settle``: what exists is
+collector is settled as a broker settles it (``padres.runtime.collector.freeze``: what exists is
 frozen, young objects are collected less often).
 """
 
@@ -107,7 +107,7 @@ def _build(
     grown = _rss() - before
     # As a broker does once loaded: the collector then stops rescanning the resident
     # conditions, whose pauses would otherwise dominate the p99, and collects less often.
-    collector.settle()
+    collector.freeze()
     return _Built(network, build_s, grown / max(1, len(conditions)))
 
 

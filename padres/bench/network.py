@@ -232,7 +232,7 @@ def run(
     procs[0].start()
     try:
         for name in ("B2", "B3"):
-            proc = BrokerProcess(name, neighbors=[procs[-1].url])
+            proc = BrokerProcess(name, neighbours=[procs[-1].url])
             proc.start()
             procs.append(proc)
         return asyncio.run(_bench([p.url for p in procs], subs, pubs, rate, seconds, data))

@@ -18,7 +18,7 @@ Routing, as in PADRES and SIENA, over advertisement trees (see ``trees`` and ``r
 A tree spans the overlay once whatever its cycles, so no publication reaches a broker twice.
 
 An advertisement or subscription is acknowledged to its client once its routing has settled
-(see ``settle``): the publications made after the acknowledgement find their way.
+(see ``padres.broker.echoes``): the publications made after the acknowledgement find their way.
 
 Databases offer to replay what they store; historic and hybrid subscriptions are answered from
 them (see ``history``).
@@ -37,8 +37,9 @@ from typing import Final
 
 from msgspec.structs import force_setattr, replace
 
-from padres.broker.dead_letters import ExceptionQueues
+from padres.broker.dead_letters import DeadLetterQueues
 from padres.broker.durable import REFRESH, Durables
+from padres.broker.echoes import Echoes
 from padres.broker.guard import Guard, admin_refusal, routing_filter
 from padres.broker.history import History, Watch, composite_network
 from padres.broker.journal import Journal, Tag
@@ -47,7 +48,6 @@ from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering, Out, Routes, Sink
 from padres.broker.schemas import Declaration, Schemas
 from padres.broker.session import LocalAdvertisement, Session
-from padres.broker.settle import Settling
 from padres.broker.transactions import Transactions, TxLimits
 from padres.broker.trees import Tree, Trees
 from padres.broker.visibility import deliveries
@@ -129,7 +129,7 @@ class Broker:
         limits: CompositeLimits | None = None,
         epoch: str = "0",
         memory: float = 60.0,
-        settle: float = 0.5,
+        replay_delay: float = 0.5,
         replay_timeout: float = 30.0,
         journal: Journal | None = None,
         quotas: Quotas | None = None,
@@ -142,7 +142,7 @@ class Broker:
         this broker assigns differ from those of an earlier run under the same id. ``memory``:
         for how many seconds a withdrawn advertisement's id is remembered, so that a late copy
         still travelling a longer path of a cyclic overlay is not taken for a new one.
-        ``settle``: how long a database waits, after the end of the past a subscription asks
+        ``replay_delay``: how long a database waits, after the end of the past a subscription asks
         for, before it answers, so that publications still on their way are stored first.
         ``replay_timeout``: how long a historic request waits for a database that does not
         answer before it ends as failed for that database (see ``history``). ``journal``: where
@@ -163,8 +163,8 @@ class Broker:
         self.routes = Routes(self.trees, self.network, covering)
         self.archives = Trees()
         """The trees of the databases' replay offers."""
-        self.history = History(self.id, self.archives, settle, timeout=replay_timeout)
-        self.settling = Settling()
+        self.history = History(self.id, self.archives, replay_delay, timeout=replay_timeout)
+        self.echoes = Echoes()
         self.limits = limits
         self._epoch = epoch
         self._counter = 0
@@ -183,12 +183,12 @@ class Broker:
         self._now = 0.0
         self._refreshed = 0.0
         self.journal = journal if journal is not None else MemoryJournal()
-        self.durables = Durables(self.journal, self.routes, self.trees, self.settling, self._new_id)
+        self.durables = Durables(self.journal, self.routes, self.trees, self.echoes, self._new_id)
         self.durables.restore()
         self.transactions = Transactions(self.journal, self._deliver, self._withdraw, transactions)
-        self.schemas = Schemas(self.journal, self.settling, self.quotas)
+        self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""
-        self.exceptions = ExceptionQueues(self.journal, self.durables, self._sessions, self.id)
+        self.dead_letters = DeadLetterQueues(self.journal, self.durables, self._sessions, self.id)
 
     @property
     def covering(self) -> Covering:
@@ -221,7 +221,7 @@ class Broker:
             or len(self.routes)
             or len(self.network)
             or self._local
-            or len(self.settling)
+            or len(self.echoes)
             or len(self.durables)
             or not self.history.is_empty()
         )
@@ -246,9 +246,9 @@ class Broker:
         if session is not None:
             self._names.discard(session.name)
             out = self._ended(self.history.hop_down(hop, f"{session.name} disconnected"))
-            out += self.settling.hop_down(hop, f"{session.name} disconnected")
+            out += self.echoes.hop_down(hop, f"{session.name} disconnected")
             self.durables.detach(hop)
-            self.exceptions.hop_down(hop)
+            self.dead_letters.hop_down(hop)
             for gid in [*session.subscriptions.values(), *session.composites.values()]:
                 out += self._drop_subscription(gid)
             # Held while its open transactions wait for it: their publications, committed or
@@ -264,7 +264,7 @@ class Broker:
         self.routes.brokers.discard(hop)
         why = f"the link from {self.id} to {name} was lost"
         out = self._ended(self.history.hop_down(hop, why))
-        out += self.settling.hop_down(hop, why)
+        out += self.echoes.hop_down(hop, why)
         out += self.durables.hop_down(hop)
         for trees in (self.trees, self.archives):
             for tree in trees:
@@ -319,18 +319,18 @@ class Broker:
         self.routes.prefetch(pubs)
 
     def _tagged(self, outs: list[Out]) -> list[Out]:
-        """Give every routing message to a neighbour its echo token (see ``settle``); those
-        that have one keep it."""
+        """Give every routing message to a neighbour its echo token (see
+        ``padres.broker.echoes``); those that have one keep it."""
         tagged: list[Out] = []
         for hop, message in outs:
             if hop in self._peers:
                 if isinstance(message, RouteSubscribe) and not message.echo:
                     sid = message.subscription.id
                     labels = [(sid, (hop, t)) for t in message.trees]
-                    message = replace(message, echo=self.settling.sent(hop, labels))
+                    message = replace(message, echo=self.echoes.sent(hop, labels))
                 elif isinstance(message, RouteAdvertise) and not message.echo:
                     label = (message.advertisement.id, hop)
-                    message = replace(message, echo=self.settling.sent(hop, [label]))
+                    message = replace(message, echo=self.echoes.sent(hop, [label]))
             tagged.append((hop, message))
         return tagged
 
@@ -348,17 +348,17 @@ class Broker:
             if tree is None:
                 continue
             slot = (tree.parent, t)
-            token = self.settling.pending((route_id, slot))
+            token = self.echoes.pending((route_id, slot))
             coverer = route.hidden_by.get(slot)
             if token is None and coverer is not None:
-                token = self.settling.pending((coverer, slot))
+                token = self.echoes.pending((coverer, slot))
             if token is not None:
                 tokens.add(token)
         return tokens
 
     def _flood_tokens(self, advertisement_id: str) -> set[str]:
         """The echoes an advertisement's flood still waits for."""
-        pending = (self.settling.pending((advertisement_id, hop)) for hop in self._peers)
+        pending = (self.echoes.pending((advertisement_id, hop)) for hop in self._peers)
         return {token for token in pending if token is not None}
 
     def admit(self, hop: str, account: Account | None) -> None:
@@ -445,7 +445,7 @@ class Broker:
             case Ack():
                 return self.durables.ack(session.name, message)
             case Failed() | Exceptions():
-                return self.exceptions.handle(message, session, self._now)
+                return self.dead_letters.handle(message, session, self._now)
             case Subscription():
                 return self._subscribe(message, session)
             case Subscribe():
@@ -500,7 +500,7 @@ class Broker:
                 if not message.echo:
                     return out
                 tokens = self._route_tokens(message.subscription.id, message.trees)
-                return out + self.settling.wait(tokens, hop, _echo(hop, message.echo))
+                return out + self.echoes.wait(tokens, hop, _echo(hop, message.echo))
             case RouteSchema():
                 return self.schemas.arrive(message, hop, self._peers)
             case RouteUnsubscribe():
@@ -515,9 +515,9 @@ class Broker:
                 tree = self._tree_of(message.advertisement.id)
                 below = tree is not None and tree.parent == hop
                 tokens = self._flood_tokens(message.advertisement.id) if below else set()
-                return out + self.settling.wait(tokens, hop, _echo(hop, message.echo))
+                return out + self.echoes.wait(tokens, hop, _echo(hop, message.echo))
             case Echo():
-                return self.settling.echo(message.token, hop, message.incomplete)
+                return self.echoes.echo(message.token, hop, message.incomplete)
             case RouteUnadvertise():
                 return self._route_unadvertise(message, hop) + self.durables.sync()
             case ReplayRequest():
@@ -546,7 +546,7 @@ class Broker:
         except (SchemaConflict, SchemaLimit) as exc:
             return [(session.hop, Error(str(exc), declaration.ref))]
         out, tokens = ([], set()) if schema is None else self.schemas.flood(schema, self._peers)
-        return out + self.settling.wait(
+        return out + self.echoes.wait(
             tokens, session.hop, lambda inc: (session.hop, Ok(declaration.ref, inc))
         )
 
@@ -633,7 +633,7 @@ class Broker:
         if sub.filter.window is not None:
             return self._watch(Watch(session.hop, sub.id), gid, [(gid, sub.filter)])
         out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
-        out += self.exceptions.resume(session.name, sub.id)
+        out += self.dead_letters.resume(session.name, sub.id)
         return self._acknowledged(out, [gid], session.hop, sub.id)
 
     def _durable(self, message: Durable, session: Session) -> list[Out]:
@@ -654,11 +654,9 @@ class Broker:
             )
         except ValueError as exc:
             return [(session.hop, Error(str(exc), sid))]
-        out = self._tagged(out + self.durables.sync() + self.exceptions.resume(session.name, sid))
+        out = self._tagged(out + self.durables.sync() + self.dead_letters.resume(session.name, sid))
         tokens = self._route_tokens(gid) | self.durables.pending(gid)
-        return out + self.settling.wait(
-            tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc))
-        )
+        return out + self.echoes.wait(tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc)))
 
     def _subscribe_composite(self, sub: CompositeSubscription, session: Session) -> list[Out]:
         if sub.id in session.subscriptions or sub.id in session.composites:
@@ -700,7 +698,7 @@ class Broker:
         tokens: set[str] = set()
         for rid in route_ids:
             tokens |= self._route_tokens(rid)
-        return outs + self.settling.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
+        return outs + self.echoes.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
 
     def _ended(self, outs: list[Out]) -> list[Out]:
         """A historic subscription whose past is complete is over: it is forgotten."""
@@ -764,7 +762,7 @@ class Broker:
             self.trees.add(mine, tree, session.hop, (self.id,))
         out = self._tagged(out + self.routes.tree_grew(self._local[gid].tree, adv.filter))
         tokens = self._flood_tokens(hider or gid)
-        return out + self.settling.wait(
+        return out + self.echoes.wait(
             tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
         )
 
@@ -800,7 +798,7 @@ class Broker:
         )
         out = self._tagged(self._offer_tree(tree))
         tokens = self._flood_tokens(gid)
-        return out + self.settling.wait(
+        return out + self.echoes.wait(
             tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
         )
 

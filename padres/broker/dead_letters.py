@@ -47,7 +47,7 @@ from padres.model.protocol import (
     Retry,
 )
 
-__all__ = ["MAX_BYTES", "MAX_ENTRIES", "MAX_ERROR", "WINDOW", "ExceptionQueues"]
+__all__ = ["MAX_BYTES", "MAX_ENTRIES", "MAX_ERROR", "WINDOW", "DeadLetterQueues"]
 
 MAX_ENTRIES: Final = 10_000
 """Entries an exception queue keeps, at most (the oldest are dropped past it)."""
@@ -62,7 +62,7 @@ _Key = tuple[str, str]
 """(client name in the overlay, subscription id): one queue."""
 
 
-class ExceptionQueues:
+class DeadLetterQueues:
     """The exception queues of one broker (see the module docstring)."""
 
     def __init__(

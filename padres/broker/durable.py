@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from padres.broker.echoes import Echoes
 from padres.broker.journal import DurableRecord, Journal, Queued, Tag
 from padres.broker.routes import Out, Routes, Sink
-from padres.broker.settle import Settling
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
 from padres.matching.matcher import matches
@@ -100,7 +100,7 @@ STALLED: Final = 6
 class _Asked:
     request: str
     token: str
-    """The settling token its answer completes."""
+    """The echo token its answer completes."""
     hop: str
     """The neighbour it was sent to."""
     round: int
@@ -229,13 +229,13 @@ class Durables:
         journal: Journal,
         routes: Routes,
         trees: Trees,
-        settling: Settling,
+        echoes: Echoes,
         new_id: Callable[[], str],
     ) -> None:
         self.journal = journal
         self.routes = routes
         self.trees = trees
-        self.settling = settling
+        self.echoes = echoes
         self._new_id = new_id
         self._durables: dict[tuple[str, str], _Durable] = {}
         self._owned: Counter[str] = Counter()
@@ -505,7 +505,7 @@ class Durables:
         return out
 
     def pending(self, gid: str) -> set[str]:
-        """The settling tokens of the recoveries under way for durable route ``gid``."""
+        """The echo tokens of the recoveries under way for durable route ``gid``."""
         durable = self._by_gid.get(gid)
         return set() if durable is None else {a.token for a in durable.recovering.values()}
 
@@ -526,11 +526,11 @@ class Durables:
         # waits for it (a client's acknowledgement) waits for this one instead.
         replaced = durable.recovering.pop(tree_id, None)
         if tree.parent not in self.routes.brokers:  # the tree's root is here
-            done = [] if replaced is None else self.settling.echo(replaced.token, replaced.hop)
+            done = [] if replaced is None else self.echoes.echo(replaced.token, replaced.hop)
             return done + self._recovered(durable, self._answer(request))
-        token = self.settling.sent(tree.parent)
+        token = self.echoes.sent(tree.parent)
         if replaced is not None:
-            self.settling.supersede(replaced.token, token)
+            self.echoes.supersede(replaced.token, token)
         durable.recovering[tree_id] = _Asked(request.request, token, tree.parent, self._round)
         return [(tree.parent, request)]
 
@@ -579,7 +579,7 @@ class Durables:
         if asked is None or asked.request != answer.request or asked.hop != hop:
             return []
         del durable.recovering[answer.tree]
-        return self.settling.echo(asked.token, hop) + self._recovered(durable, answer)
+        return self.echoes.echo(asked.token, hop) + self._recovered(durable, answer)
 
     def _recovered(self, durable: _Durable, answer: Recovered) -> list[Out]:
         if answer.error:

@@ -113,7 +113,7 @@ def composite_network(sub: CompositeSubscription, limits: CompositeLimits | None
 class History:
     """A broker's historic requests: those it made, and those passing through it.
 
-    ``settle``: how long a database waits, after the end of the past a request asks for,
+    ``replay_delay``: how long a database waits, after the end of the past a request asks for,
     before it answers (the request's ``ready_at``). ``timeout``: a request fails at a broker
     when no answer (a batch or the end) has come through it for ``timeout`` seconds, counted
     from its ``ready_at`` (or from when the broker sent it on, if that is later: the past a
@@ -132,11 +132,11 @@ class History:
     """
 
     def __init__(
-        self, broker_id: str, archives: Trees, settle: float, *, timeout: float = 30.0
+        self, broker_id: str, archives: Trees, replay_delay: float, *, timeout: float = 30.0
     ) -> None:
         self.id = broker_id
         self.archives = archives
-        self.settle = settle
+        self.replay_delay = replay_delay
         self.timeout = timeout
         self.watches: dict[str, Watch] = {}
         self.parts: dict[str, str] = {}
@@ -173,7 +173,7 @@ class History:
                 assert window is not None
                 watch.has_past = True
                 end = now if window.end is None else min(now, window.end.timestamp())
-                ready_at = end + self.settle
+                ready_at = end + self.replay_delay
                 for tid in sorted(self.archives.overlapping(flt)):
                     tree = self.archives.get(tid)
                     if tree is None or tree.replay in databases:

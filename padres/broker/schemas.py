@@ -7,11 +7,11 @@ otherwise, which ends the flood in a cyclic overlay. A broker linking to a neigh
 every schema it knows, as it offers its trees, so a broker that joins or comes back learns
 them; and each keeps them in its journal, so a restarted broker enforces them at once.
 Versions declared apart, across a partition, neither widening the other, merge when they meet
-(``Schemas._settle``): every attribute either had stays, and every broker ends with the same
+(``Schemas._reconcile``): every attribute either had stays, and every broker ends with the same
 merged version.
 
-Every copy carries an echo token (see ``settle``): the declaring client's ``ok`` comes once
-every broker the flood reached has the schema.
+Every copy carries an echo token (see ``padres.broker.echoes``): the declaring client's ``ok``
+comes once every broker the flood reached has the schema.
 
 A dropped schema (``DropSchema``, an administrator's right) leaves a tombstone, a version
 marked ``dropped``, that floods and is kept like a schema: the class is untyped again at every
@@ -29,10 +29,10 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
+from padres.broker.echoes import Echoes
 from padres.broker.journal import Journal
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Out
-from padres.broker.settle import Settling
 from padres.errors import InvalidMessage, SchemaLimit
 from padres.model.classes import (
     SCHEMA_CLASS,
@@ -74,9 +74,9 @@ class Schemas:
     """See the module docstring. ``quotas``: how many schemas, and attributes in one, a
     declaration made here may bring the overlay to."""
 
-    def __init__(self, journal: Journal, settling: Settling, quotas: Quotas) -> None:
+    def __init__(self, journal: Journal, echoes: Echoes, quotas: Quotas) -> None:
         self._journal = journal
-        self._settling = settling
+        self._echoes = echoes
         self.quotas = quotas
         self._known = {schema.class_name: schema for schema in journal.schemas()}
         """Every class's schema, dropped ones too (their tombstones)."""
@@ -191,18 +191,18 @@ class Schemas:
         tokens: set[str] = set()
         for hop in peers:
             if hop != source:
-                token = self._settling.sent(hop)
+                token = self._echoes.sent(hop)
                 tokens.add(token)
                 out.append((hop, RouteSchema(schema, token)))
         return out, tokens
 
     def arrive(self, message: RouteSchema, hop: str, peers: Mapping[str, str]) -> list[Out]:
         """A neighbour sent a schema: kept and passed on if it holds more than the one known
-        (see ``_settle``), and echoed once the neighbours it went to have echoed."""
+        (see ``_reconcile``), and echoed once the neighbours it went to have echoed."""
         old = self._known.get(message.schema.class_name)
         out: list[Out] = []
         tokens: set[str] = set()
-        schema = message.schema if old is None else self._settle(old, message.schema)
+        schema = message.schema if old is None else self._reconcile(old, message.schema)
         if schema is not None:
             self._keep(schema)
             # A merge goes back to the sender too: it has neither version.
@@ -210,9 +210,9 @@ class Schemas:
         if not message.echo:
             return out
         echo = message.echo
-        return out + self._settling.wait(tokens, hop, lambda inc: (hop, Echo(echo, inc)))
+        return out + self._echoes.wait(tokens, hop, lambda inc: (hop, Echo(echo, inc)))
 
-    def _settle(self, held: Schema, incoming: Schema) -> Schema | None:
+    def _reconcile(self, held: Schema, incoming: Schema) -> Schema | None:
         """What replaces ``held`` when ``incoming`` arrives, or None. Versions declared apart
         (across a partition) merge (``padres.model.classes.merge``), so that no attribute in force
         anywhere is lost: ``incoming`` if it holds all ``held`` does, or if both have the same

@@ -32,7 +32,7 @@ def register(commands: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8001, help="port to listen on (0: any free one)")
     p.add_argument(
-        "--neighbor",
+        "--neighbour",
         action="append",
         default=[],
         metavar="URL",
@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
         "--heartbeat", type=float, default=5.0, help="seconds between pings on every link"
     )
     p.add_argument(
-        "--settle",
+        "--replay-delay",
         type=float,
         default=0.5,
         help="seconds a database waits past a historic query's end before it answers, so that "
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
         conformity=not args.no_conformity,
         limits=CompositeLimits(distinct=not args.one_for_many),
         epoch=os.urandom(3).hex(),
-        settle=args.settle,
+        replay_delay=args.replay_delay,
         replay_timeout=args.replay_timeout,
         journal=_journal(args.data, Sync(args.sync)),
         quotas=_quotas(args),
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     tls = _tls(args)
     node = BrokerNode(
         broker,
-        neighbors=args.neighbor,
+        neighbours=args.neighbour,
         heartbeat=args.heartbeat,
         limits=limits,
         tls=tls,
@@ -294,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     scheme = "ws" if tls is None else "wss"
 
     def ready(port: int) -> None:
-        collector.settle()
+        collector.freeze()
         print(f"broker {args.id} listening on {scheme}://{args.host}:{port}/ws", flush=True)
 
     try:

@@ -176,7 +176,9 @@ def _start(topology: Topology, data: Path, stack: ExitStack) -> dict[str, str]:
     """Start the brokers and databases (stopped when ``stack`` closes); their URLs by name."""
     urls: dict[str, str] = {}
     for broker, links in topology.brokers.items():
-        proc = BrokerProcess(broker, neighbors=[urls[b] for b in links], options=["--one-for-many"])
+        proc = BrokerProcess(
+            broker, neighbours=[urls[b] for b in links], options=["--one-for-many"]
+        )
         stack.callback(proc.stop)
         urls[broker] = proc.start()
         linked = f", linked to {', '.join(links)}" if links else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from typing import Final
 
-__all__ = ["YOUNG", "settle"]
+__all__ = ["YOUNG", "freeze"]
 
 YOUNG: Final = 50_000
 """Container objects allocated (less those freed) between collections of the youngest
@@ -14,7 +14,7 @@ counting; a collection only looks for cycles, walking every young object still a
 default, collections took about a fifth of composite matching's time."""
 
 
-def settle() -> None:
+def freeze() -> None:
     """Once the process is loaded: freeze what exists (collections skip it from then on: it lives
     as long as the process) and collect young objects less often."""
     gc.freeze()

@@ -153,7 +153,7 @@ class BrokerNode:
         self,
         broker: Broker,
         *,
-        neighbors: Sequence[str] = (),
+        neighbours: Sequence[str] = (),
         heartbeat: float = 5.0,
         limits: Limits | None = None,
         tls: ServerTLS | None = None,
@@ -163,14 +163,14 @@ class BrokerNode:
         ``tls_ca``: the CA file that ``wss://`` neighbours' certificates are checked against
         (the system's trusted authorities if None)."""
         self.broker = broker
-        self.neighbors = [websocket_url(n) for n in neighbors]
+        self.neighbours = [websocket_url(n) for n in neighbours]
         self.heartbeat = heartbeat
         self.limits = limits or Limits()
         self.tls = tls
         if tls is not None:
             tls.context()  # refuses unusable files now, not once serving
         self._dial_tls = (
-            client_context(tls_ca) if tls_ca or any(map(secure, self.neighbors)) else None
+            client_context(tls_ca) if tls_ca or any(map(secure, self.neighbours)) else None
         )
         self.started = time.time()
         self.received = 0
@@ -246,7 +246,7 @@ class BrokerNode:
             "broker": b.id,
             "pid": os.getpid(),
             "uptime": round(time.time() - self.started, 3),
-            "neighbors": sorted(b.peers.values()),
+            "neighbours": sorted(b.peers.values()),
             "clients": sorted(s.name for s in b.sessions.values()),
             "advertisements": len(b.trees),
             "subscriptions": len(b.routes),
@@ -256,7 +256,7 @@ class BrokerNode:
             "evicted": self.evicted,
             "paused": self.paused,
             "durables": b.durables.statistics(),
-            "exceptions": b.exceptions.queues(),
+            "exceptions": b.dead_letters.queues(),
             "transactions": b.transactions.statistics(),
         }
 
@@ -287,7 +287,7 @@ class BrokerNode:
         bound = sock.getsockname()[1]
         self.address = (host, bound)
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(self._dial(url)) for url in self.neighbors]
+        tasks = [loop.create_task(self._dial(url)) for url in self.neighbours]
         tasks.append(loop.create_task(self._tick()))
         tasks += [loop.create_task(service()) for service in self.services]
         serving = loop.create_task(self._server.serve(sockets=[sock]))

@@ -119,22 +119,22 @@ class BrokerProcess(_Child):
         broker_id: str,
         *,
         port: int = 0,
-        neighbors: Sequence[str] = (),
+        neighbours: Sequence[str] = (),
         options: Sequence[str] = (),
         log: IO[bytes] | None = None,
     ) -> None:
         super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log)
         self.id = broker_id
         self.port = port
-        self.neighbors = list(neighbors)
+        self.neighbours = list(neighbours)
         self.options = list(options)
         self.url = ""
 
     def start(self, timeout: float = 20.0) -> str:
         """Start the process and wait until it listens; returns its URL."""
         args = ["broker", "--id", self.id, "--port", str(self.port), "--quiet", *self.options]
-        for n in self.neighbors:
-            args += ["--neighbor", n]
+        for n in self.neighbours:
+            args += ["--neighbour", n]
         self.url = self._start(args, timeout).group(1)
         self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
         return self.url

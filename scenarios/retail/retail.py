@@ -271,13 +271,13 @@ def main() -> None:
         procs: list[BrokerProcess | DatabaseProcess] = []
         try:
             urls: dict[str, str] = {}
-            for name, neighbors in (
+            for name, neighbours in (
                 ("B1", []),
                 ("B2", ["B1"]),
                 ("B3", ["B1", "B2"]),
                 ("B4", ["B3", "B1"]),
             ):
-                broker = BrokerProcess(name, neighbors=[urls[n] for n in neighbors])
+                broker = BrokerProcess(name, neighbours=[urls[n] for n in neighbours])
                 procs.append(broker)
                 urls[name] = broker.start()
             stores = {

@@ -65,7 +65,7 @@ def main() -> None:
     procs["B"].start()
     try:
         for name in "ACDE":
-            procs[name] = BrokerProcess(name, neighbors=[procs["B"].url])
+            procs[name] = BrokerProcess(name, neighbours=[procs["B"].url])
             procs[name].start()
         asyncio.run(demo({n: p.url for n, p in procs.items()}, quotes_path))
     finally:

@@ -111,7 +111,7 @@ function drawRates(overlay) {
     const before = previous.brokers[b.id];
     if (!before) continue;
     perBroker[b.id] = Math.max(0, (sum(b.publications.in) - sum(before.publications.in)) / dt);
-    for (const n of b.neighbors) {
+    for (const n of b.neighbours) {
       const was = before.publications.out[n] || 0;
       perLink[`${b.id}→${n}`] = Math.max(0, ((b.publications.out[n] || 0) - was) / dt);
     }

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from padres.broker.routes import Out
 
-__all__ = ["Settling"]
+__all__ = ["Echoes"]
 
 Reply = Callable[[tuple[str, ...]], Out]
 """Builds the message to send when a wait is over, given what is incomplete."""
@@ -52,7 +52,7 @@ class _Wait:
     incomplete: list[str] = field(default_factory=list)
 
 
-class Settling:
+class Echoes:
     """A broker's outstanding echoes, and the answers waiting on them."""
 
     def __init__(self) -> None:

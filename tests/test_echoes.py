@@ -47,7 +47,7 @@ def test_an_advertisement_is_acknowledged_once_the_subscriptions_are_back() -> N
         sim.send(pub, parse_publication("[class,'T'],[v,5]", id="p1"))
         sim.run()
         assert [n.publication.id for n in sub.notifications] == ["p1"], seed
-        assert [b for b in "ABCD" if sim.brokers[b].settling] == []
+        assert [b for b in "ABCD" if sim.brokers[b].echoes] == []
 
 
 def test_a_subscription_is_acknowledged_once_it_reached_every_advertisement() -> None:
@@ -97,7 +97,7 @@ def test_cycles_do_not_make_echoes_wait_in_a_circle() -> None:
             sim.send(c, parse_subscription("[class,eq,'T'],[v,>,1]", id="s"))
         sim.run()
         assert all(sorted(c.acks) == ["a", "s"] for c in clients), seed
-        assert all(not b.settling for b in sim.brokers.values()), seed
+        assert all(not b.echoes for b in sim.brokers.values()), seed
 
 
 def test_a_link_lost_midway_ends_the_wait_saying_what_is_incomplete() -> None:
@@ -113,7 +113,7 @@ def test_a_link_lost_midway_ends_the_wait_saying_what_is_incomplete() -> None:
     sim.run()
     assert pub.acks == ["a"]
     assert pub.incomplete == {"a": ("the link from B to C was lost",)}
-    assert all(not b.settling for b in sim.brokers.values())
+    assert all(not b.echoes for b in sim.brokers.values())
 
 
 def test_every_routing_message_between_brokers_carries_an_echo_token() -> None:
