@@ -12,6 +12,9 @@ Hierarchy::
     ├── UnknownId                no such id (also a KeyError)
     ├── ConnectionLost           the connection to a broker is closed
     │   └── ConnectError         ... or was never made: the broker could not be reached
+    ├── SlowConsumer             a subscription's queue in the client was full: deliveries were
+    │                            dropped (carries the subscription, what is pending, what was
+    │                            dropped)
     ├── TLSError                 a certificate, key or CA file cannot be used
     ├── SchemaConflict           a class's schema declared again, not as a widening of the one
     │                            in force (carries the class and that one's version)
@@ -51,6 +54,7 @@ __all__ = [
     "SchemaConflict",
     "SchemaLimit",
     "SchemaViolation",
+    "SlowConsumer",
     "StorageError",
     "TLSError",
     "TransactionAborted",
@@ -184,6 +188,34 @@ class ConnectionLost(PadresError):
 
 class ConnectError(ConnectionLost):
     """The broker could not be reached (refused, unresolvable, timed out, not a broker)."""
+
+
+class SlowConsumer(PadresError):
+    """Deliveries to a subscription came faster than its application took them: its queue in
+    the client was full, and what came then was dropped (``padres.client.pending``). Raised
+    once per episode of losses, where the first was dropped: ``pending`` and ``pending_bytes``
+    say what is queued now, ``dropped`` and ``dropped_bytes`` what the subscription has lost in
+    all so far."""
+
+    def __init__(
+        self,
+        subscription: str,
+        *,
+        pending: int,
+        pending_bytes: int,
+        dropped: int,
+        dropped_bytes: int,
+    ) -> None:
+        self.subscription = subscription
+        self.pending = pending
+        self.pending_bytes = pending_bytes
+        self.dropped = dropped
+        self.dropped_bytes = dropped_bytes
+        super().__init__(
+            f"subscription {subscription!r} is read too slowly: {dropped:,} deliveries "
+            f"({dropped_bytes:,} bytes) dropped so far; {pending:,} deliveries "
+            f"({pending_bytes:,} bytes) pending"
+        )
 
 
 class TLSError(PadresError):

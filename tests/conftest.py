@@ -8,6 +8,8 @@ import pytest
 
 from padres.testing.processes import BrokerProcess
 
+pytest_plugins = ["padres.testing.plugin"]
+
 
 @pytest.fixture
 def brokers() -> Iterator[dict[str, BrokerProcess]]:

@@ -66,86 +66,79 @@ async def _wait(check: object, timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
-def test_every_durable_subscriber_gets_every_publication_once_while_each_broker_is_killed(
+async def test_every_durable_subscriber_gets_every_publication_once_while_each_broker_is_killed(
     ring: dict[str, BrokerProcess],
 ) -> None:
     count, rate = 20_000, 2_000  # per publisher: ten seconds of publishing
+    async with contextlib.AsyncExitStack() as stack:
+        url = {name: proc.url for name, proc in ring.items()}
+        publishers = {}
+        for at in "AC":
+            client = Client(url[at], f"pub{at}", reconnect=True, timeout=30)
+            publishers[f"pub{at}@{at}"] = await stack.enter_async_context(client)
+        inboxes = {}
+        for at in "BDE":
+            client = Client(url[at], f"sub{at}", reconnect=True, timeout=30)
+            sub = await stack.enter_async_context(client)
+            inboxes[at] = _Received()
+            await sub.subscribe("[class,eq,'T']", inboxes[at], durable="all")
+        for pub in publishers.values():
+            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
 
-    async def run() -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            url = {name: proc.url for name, proc in ring.items()}
-            publishers = {}
-            for at in "AC":
-                client = Client(url[at], f"pub{at}", reconnect=True, timeout=30)
-                publishers[f"pub{at}@{at}"] = await stack.enter_async_context(client)
-            inboxes = {}
-            for at in "BDE":
-                client = Client(url[at], f"sub{at}", reconnect=True, timeout=30)
-                sub = await stack.enter_async_context(client)
-                inboxes[at] = _Received()
-                await sub.subscribe("[class,eq,'T']", inboxes[at], durable="all")
-            for pub in publishers.values():
-                await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        async def publish(pub: Client) -> None:
+            started = time.monotonic()
+            for n in range(count):
+                await pub.publish({"class": "T", "n": n}, guaranteed=True)
+                ahead = started + n / rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
 
-            async def publish(pub: Client) -> None:
-                started = time.monotonic()
-                for n in range(count):
-                    await pub.publish({"class": "T", "n": n}, guaranteed=True)
-                    ahead = started + n / rate - time.monotonic()
-                    if ahead > 0:
-                        await asyncio.sleep(ahead)
+        async def kill_each() -> None:
+            for victim in "BCDEA":
+                await asyncio.sleep(count / rate / 6)
+                ring[victim].kill()
+                await asyncio.sleep(0.3)
+                await asyncio.to_thread(ring[victim].start)
 
-            async def kill_each() -> None:
-                for victim in "BCDEA":
-                    await asyncio.sleep(count / rate / 6)
-                    ring[victim].kill()
-                    await asyncio.sleep(0.3)
-                    await asyncio.to_thread(ring[victim].start)
-
-            await asyncio.gather(kill_each(), *(publish(p) for p in publishers.values()))
-            for pub in publishers.values():
-                await pub.flush(timeout=60)
-            expected = dict.fromkeys(publishers, count)
-            await _wait(lambda: all(i.complete(expected) for i in inboxes.values()), 60)
-            for at, inbox in inboxes.items():
-                for name in publishers:
-                    got = inbox.by_publisher.get(name, [])
-                    missing = len(set(range(count)) - set(got))
-                    twice = len(got) - len(set(got))
-                    assert got == list(range(count)), (at, name, missing, twice)
-
-    asyncio.run(run())
+        await asyncio.gather(kill_each(), *(publish(p) for p in publishers.values()))
+        for pub in publishers.values():
+            await pub.flush(timeout=60)
+        expected = dict.fromkeys(publishers, count)
+        await _wait(lambda: all(i.complete(expected) for i in inboxes.values()), 60)
+        for at, inbox in inboxes.items():
+            for name in publishers:
+                got = inbox.by_publisher.get(name, [])
+                missing = len(set(range(count)) - set(got))
+                twice = len(got) - len(set(got))
+                assert got == list(range(count)), (at, name, missing, twice)
 
 
-def test_a_durable_subscriber_away_for_a_while_resumes_with_nothing_lost_or_twice(
+async def test_a_durable_subscriber_away_for_a_while_resumes_with_nothing_lost_or_twice(
     ring: dict[str, BrokerProcess],
 ) -> None:
-    async def run() -> None:
-        url = {name: proc.url for name, proc in ring.items()}
-        async with Client(url["A"], "shop") as shop:
-            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
-            first = _Received()
-            async with Client(url["D"], "manager") as manager:
-                await manager.subscribe("[class,eq,'T']", first, durable="orders")
-                for n in range(100):
-                    await shop.publish({"class": "T", "n": n}, guaranteed=True)
-                await shop.flush(10)
-                await _wait(lambda: first.complete({"shop@A": 100}), 10)
-            left = time.monotonic()
-            for n in range(100, 1100):  # the manager is away, for ten seconds
+    url = {name: proc.url for name, proc in ring.items()}
+    async with Client(url["A"], "shop") as shop:
+        await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+        first = _Received()
+        async with Client(url["D"], "manager") as manager:
+            await manager.subscribe("[class,eq,'T']", first, durable="orders")
+            for n in range(100):
                 await shop.publish({"class": "T", "n": n}, guaranteed=True)
-                await asyncio.sleep(0.008)
             await shop.flush(10)
-            await asyncio.sleep(max(0.0, left + 10 - time.monotonic()))
-            second = _Received()
-            async with Client(url["D"], "manager") as manager:
-                await manager.subscribe("[class,eq,'T']", second, durable="orders")
-                await _wait(lambda: second.complete({"shop@A": 1000}), 20)
-                await manager.unsubscribe("orders")
-            assert first.by_publisher["shop@A"] == list(range(100))
-            assert second.by_publisher["shop@A"] == list(range(100, 1100))
-
-    asyncio.run(run())
+            await _wait(lambda: first.complete({"shop@A": 100}), 10)
+        left = time.monotonic()
+        for n in range(100, 1100):  # the manager is away, for ten seconds
+            await shop.publish({"class": "T", "n": n}, guaranteed=True)
+            await asyncio.sleep(0.008)
+        await shop.flush(10)
+        await asyncio.sleep(max(0.0, left + 10 - time.monotonic()))
+        second = _Received()
+        async with Client(url["D"], "manager") as manager:
+            await manager.subscribe("[class,eq,'T']", second, durable="orders")
+            await _wait(lambda: second.complete({"shop@A": 1000}), 20)
+            await manager.unsubscribe("orders")
+        assert first.by_publisher["shop@A"] == list(range(100))
+        assert second.by_publisher["shop@A"] == list(range(100, 1100))
 
 
 def test_padres_pub_guaranteed_run_twice_publishes_twice(brokers: dict[str, BrokerProcess]) -> None:

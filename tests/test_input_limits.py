@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
-from padres.broker import Broker
+from padres.broker import Broker, BrokerConfig
 from padres.broker.quotas import Quotas
 from padres.client.connection import Client
 from padres.errors import DecodeError, InvalidMessage, PadresError, ParseError, RequestFailed
@@ -252,7 +252,7 @@ def test_padres_parse_refuses_bytes_that_are_not_utf8_without_a_traceback() -> N
 
 
 def test_quotas_refuse_beyond_the_limit_and_keep_what_is_held() -> None:
-    broker = Broker("B1", quotas=Quotas(subscriptions=2, advertisements=1))
+    broker = Broker("B1", BrokerConfig(quotas=Quotas(subscriptions=2, advertisements=1)))
     broker.handle(Hello("c"), "h1")
     for i in range(2):
         assert broker.handle(Subscription(f"s{i}", Filter((CLASS,))), "h1") == [("h1", Ok(f"s{i}"))]
@@ -270,7 +270,7 @@ def test_quotas_refuse_beyond_the_limit_and_keep_what_is_held() -> None:
 def test_durable_subscriptions_count_while_their_client_is_away() -> None:
     """A client cannot pile up durable subscriptions by reconnecting: they stay at the broker,
     and count against its quota until they are ended; one taken up again is not refused."""
-    broker = Broker("B1", quotas=Quotas(subscriptions=2))
+    broker = Broker("B1", BrokerConfig(quotas=Quotas(subscriptions=2)))
     for hop in ("h1", "h2"):
         broker.handle(Hello("c"), hop)
         sub = Subscription(f"d{hop}", Filter((CLASS,)))
@@ -382,53 +382,49 @@ def test_the_web_api_reads_numbers_exactly(brokers: dict[str, BrokerProcess]) ->
         assert why in response.text
 
 
-def test_a_long_frame_is_handled_in_slices_with_others_served_between(
+async def test_a_long_frame_is_handled_in_slices_with_others_served_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A frame of 3,000 advertisements, handed to a node as one frame, in slices of a
     millisecond: the event loop runs other tasks between them, and every advertisement is
     taken, in order."""
     monkeypatch.setattr(node_module, "SLICE", 0.001)
+    node = BrokerNode(Broker("B1"))
+    replies: list[bytes] = []
 
-    async def run() -> None:
-        node = BrokerNode(Broker("B1"))
-        replies: list[bytes] = []
+    async def send(data: bytes) -> None:
+        replies.append(data)
 
-        async def send(data: bytes) -> None:
-            replies.append(data)
+    async def close(code: int, reason: str) -> None:
+        return None
 
-        async def close(code: int, reason: str) -> None:
-            return None
+    hop = node.attach(send, close)
+    node.submit(hop, [Hello("c")])
+    frame = orjson.dumps(
+        [
+            {"type": "advertisement", "id": f"a{i}", "filter": [["class", "eq", f"C{i}"]]}
+            for i in range(3000)
+        ]
+    )
+    ticks = 0
 
-        hop = node.attach(send, close)
-        node.submit(hop, [Hello("c")])
-        frame = orjson.dumps(
-            [
-                {"type": "advertisement", "id": f"a{i}", "filter": [["class", "eq", f"C{i}"]]}
-                for i in range(3000)
-            ]
-        )
-        ticks = 0
+    async def other() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
 
-        async def other() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        beside = asyncio.get_running_loop().create_task(other())
-        await asyncio.sleep(0)
-        started = ticks
-        await node.receive(hop, frame)
-        slices = ticks - started
-        beside.cancel()
-        assert len(node.broker.trees) == 3000
-        assert slices >= 10  # served between the slices
-        await asyncio.sleep(0.1)  # the outbox writes what the core answered
-        oks = [m["ref"] for data in replies for m in orjson.loads(data) if m["type"] == "ok"]
-        assert oks == [f"a{i}" for i in range(3000)]
-
-    asyncio.run(run())
+    beside = asyncio.get_running_loop().create_task(other())
+    await asyncio.sleep(0)
+    started = ticks
+    await node.receive(hop, frame)
+    slices = ticks - started
+    beside.cancel()
+    assert len(node.broker.trees) == 3000
+    assert slices >= 10  # served between the slices
+    await asyncio.sleep(0.1)  # the outbox writes what the core answered
+    oks = [m["ref"] for data in replies for m in orjson.loads(data) if m["type"] == "ok"]
+    assert oks == [f"a{i}" for i in range(3000)]
 
 
 def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(

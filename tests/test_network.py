@@ -159,63 +159,53 @@ def test_killed_broker_comes_back_and_routing_heals(brokers: dict[str, BrokerPro
     asyncio.run(run())
 
 
-def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
+async def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
     brokers: dict[str, BrokerProcess],
 ) -> None:
     b = _start(brokers, "B")
     a = _start(brokers, "A", [b])
     c = _start(brokers, "C", [b])
-
-    async def run() -> None:
-        async with Client(a, "pub") as pub, Client(c, "sub") as sub:
-            inbox = _Inbox()
-            await pub.advertise("[class,eq,'T']")
-            await sub.subscribe("[class,eq,'T']", inbox, id="s")
-            await _routes_at(pub, 1)
-            brokers["C"].pause()  # C hangs: its socket stays open, but it answers nothing
-            await eventually(lambda: health(b)["neighbours"] == ["A"], timeout=10)
-            assert await pub.query("subscriptions") == ()  # withdrawn: C stopped answering
-            brokers["C"].resume()  # C notices its link is gone, dials again, resends
-            await eventually(lambda: health(b)["neighbours"] == ["A", "C"], timeout=15)
-            await _routes_at(pub, 1)
-            await pub.publish("[class,'T']", id="back")
-            await eventually(lambda: inbox.ids() == ["back"])
-
-    asyncio.run(run())
+    async with Client(a, "pub") as pub, Client(c, "sub") as sub:
+        inbox = _Inbox()
+        await pub.advertise("[class,eq,'T']")
+        await sub.subscribe("[class,eq,'T']", inbox, id="s")
+        await _routes_at(pub, 1)
+        brokers["C"].pause()  # C hangs: its socket stays open, but it answers nothing
+        await eventually(lambda: health(b)["neighbours"] == ["A"], timeout=10)
+        assert await pub.query("subscriptions") == ()  # withdrawn: C stopped answering
+        brokers["C"].resume()  # C notices its link is gone, dials again, resends
+        await eventually(lambda: health(b)["neighbours"] == ["A", "C"], timeout=15)
+        await _routes_at(pub, 1)
+        await pub.publish("[class,'T']", id="back")
+        await eventually(lambda: inbox.ids() == ["back"])
 
 
-def test_a_broker_that_cannot_be_reached_is_a_connect_error() -> None:
+async def test_a_broker_that_cannot_be_reached_is_a_connect_error() -> None:
     (port,) = free_ports(1)
-
-    async def run() -> None:
-        with pytest.raises(ConnectError, match=f"cannot connect to ws://127.0.0.1:{port}"):
-            await Client(f"ws://127.0.0.1:{port}", "nobody").connect()
-
-    asyncio.run(run())
+    with pytest.raises(ConnectError, match=f"cannot connect to ws://127.0.0.1:{port}"):
+        await Client(f"ws://127.0.0.1:{port}", "nobody").connect()
 
 
-def test_reconnecting_clients_survive_a_broker_restart(brokers: dict[str, BrokerProcess]) -> None:
+async def test_reconnecting_clients_survive_a_broker_restart(
+    brokers: dict[str, BrokerProcess],
+) -> None:
     url = _start(brokers, "B")
-
-    async def run() -> None:
-        async with (
-            Client(url, "pub", reconnect=True) as pub,
-            Client(url, "sub", reconnect=True) as sub,
-        ):
-            await pub.advertise("[class,eq,'T']")
-            handle = await sub.subscribe("[class,eq,'T']", id="s")
-            await pub.publish("[class,'T']", id="before")
-            assert (await handle.get(5)).publication.id == "before"  # type: ignore[union-attr]
-            brokers["B"].kill()
-            await eventually(lambda: pub.state is ClientState.CONNECTING)
-            with pytest.raises(ConnectionLost):
-                await pub.publish("[class,'T']", id="lost")  # nobody to send it to
-            brokers["B"].start()  # same port
-            await eventually(lambda: ClientState.OPEN is pub.state is sub.state, timeout=15)
-            await pub.publish("[class,'T']", id="after")  # advertisement made again
-            assert (await handle.get(5)).publication.id == "after"  # type: ignore[union-attr]
-
-    asyncio.run(run())
+    async with (
+        Client(url, "pub", reconnect=True) as pub,
+        Client(url, "sub", reconnect=True) as sub,
+    ):
+        await pub.advertise("[class,eq,'T']")
+        handle = await sub.subscribe("[class,eq,'T']", id="s")
+        await pub.publish("[class,'T']", id="before")
+        assert (await handle.get(5)).publication.id == "before"  # type: ignore[union-attr]
+        brokers["B"].kill()
+        await eventually(lambda: pub.state is ClientState.CONNECTING)
+        with pytest.raises(ConnectionLost):
+            await pub.publish("[class,'T']", id="lost")  # nobody to send it to
+        brokers["B"].start()  # same port
+        await eventually(lambda: ClientState.OPEN is pub.state is sub.state, timeout=15)
+        await pub.publish("[class,'T']", id="after")  # advertisement made again
+        assert (await handle.get(5)).publication.id == "after"  # type: ignore[union-attr]
 
 
 def test_bad_frames_get_errors_and_the_broker_keeps_serving(

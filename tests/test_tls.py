@@ -103,24 +103,20 @@ def test_clients_and_links_speak_tls_and_the_web_api_serves_https(
         httpx.get(f"{https}/health", verify=client_context(certs["other"]), timeout=10)
 
 
-def test_a_certificate_that_does_not_verify_is_refused(
+async def test_a_certificate_that_does_not_verify_is_refused(
     brokers: dict[str, BrokerProcess], certs: dict[str, Path]
 ) -> None:
     url = _tls_broker(brokers, "B1", certs["cert"], certs["key"])
     misnamed = _tls_broker(brokers, "B2", certs["misnamed"], certs["mkey"])
-
-    async def run() -> None:
-        for target, ca, why in [
-            (url, certs["other"], "self-signed certificate"),
-            (url, None, "self-signed certificate"),  # the system's authorities do not know it
-            (misnamed, certs["misnamed"], "IP address mismatch"),
-        ]:
-            with pytest.raises(ConnectError, match=why):
-                await Client(target, "c", tls_ca=None if ca is None else str(ca)).connect()
-        with pytest.raises(ConnectError):  # plain ws:// to a TLS port
-            await Client(url.replace("wss://", "ws://"), "c", timeout=3).connect()
-
-    asyncio.run(run())
+    for target, ca, why in [
+        (url, certs["other"], "self-signed certificate"),
+        (url, None, "self-signed certificate"),  # the system's authorities do not know it
+        (misnamed, certs["misnamed"], "IP address mismatch"),
+    ]:
+        with pytest.raises(ConnectError, match=why):
+            await Client(target, "c", tls_ca=None if ca is None else str(ca)).connect()
+    with pytest.raises(ConnectError):  # plain ws:// to a TLS port
+        await Client(url.replace("wss://", "ws://"), "c", timeout=3).connect()
 
 
 def test_a_link_to_a_neighbour_whose_certificate_does_not_verify_is_not_made(

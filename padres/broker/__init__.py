@@ -1,7 +1,8 @@
 """The broker: routing logic with no I/O (``Broker``), as the runtime and the simulation use it."""
 
+from padres.broker.config import BrokerConfig
 from padres.broker.core import Broker
 from padres.broker.guard import routing_filter
 from padres.broker.routes import Covering, Out
 
-__all__ = ["Broker", "Covering", "Out", "routing_filter"]
+__all__ = ["Broker", "BrokerConfig", "Covering", "Out", "routing_filter"]

@@ -37,6 +37,7 @@ from typing import Final
 
 from msgspec.structs import force_setattr, replace
 
+from padres.broker.config import BrokerConfig
 from padres.broker.dead_letters import DeadLetterQueues
 from padres.broker.durable import REFRESH, Durables
 from padres.broker.echoes import Echoes
@@ -44,11 +45,10 @@ from padres.broker.guard import Guard, admin_refusal, routing_filter
 from padres.broker.history import History, Watch, composite_network
 from padres.broker.journal import Journal, Tag
 from padres.broker.memory_journal import MemoryJournal
-from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering, Out, Routes, Sink
 from padres.broker.schemas import Declaration, Schemas
 from padres.broker.session import LocalAdvertisement, Session
-from padres.broker.transactions import Transactions, TxLimits
+from padres.broker.transactions import Transactions
 from padres.broker.trees import Tree, Trees
 from padres.broker.visibility import deliveries
 from padres.errors import AuthenticationError, SchemaConflict, SchemaLimit
@@ -109,12 +109,16 @@ from padres.model.protocol import (
 )
 from padres.model.requests import reference
 from padres.security.accounts import Account, Accounts, Credentials
-from rete import CompositeLimits, Network
+from rete import Network
 
 __all__ = ["COVER_SCAN", "Broker", "Covering", "Out"]
 
 COVER_SCAN: Final = 64
 """Local advertisements of the same class tried as covers of a new one, at most."""
+
+RESYNC: Final = (Advertisement, Unadvertise, RouteUnadvertise)
+"""The messages after which a durable subscription may follow a tree it has not yet asked for
+what it missed (``Durables.sync``)."""
 
 
 class Broker:
@@ -123,50 +127,37 @@ class Broker:
     def __init__(
         self,
         broker_id: str,
+        config: BrokerConfig | None = None,
         *,
-        covering: Covering = Covering.LAZY,
-        conformity: bool = True,
-        limits: CompositeLimits | None = None,
-        epoch: str = "0",
-        memory: float = 60.0,
-        replay_delay: float = 0.5,
-        replay_timeout: float = 30.0,
         journal: Journal | None = None,
-        quotas: Quotas | None = None,
-        transactions: TxLimits | None = None,
         accounts: Accounts | None = None,
         credentials: Credentials | None = None,
     ) -> None:
-        """``conformity``: refuse a publication that matches none of its publisher's
-        advertisements (it could not be routed reliably). ``epoch`` makes the overlay-wide ids
-        this broker assigns differ from those of an earlier run under the same id. ``memory``:
-        for how many seconds a withdrawn advertisement's id is remembered, so that a late copy
-        still travelling a longer path of a cyclic overlay is not taken for a new one.
-        ``replay_delay``: how long a database waits, after the end of the past a subscription asks
-        for, before it answers, so that publications still on their way are stored first.
-        ``replay_timeout``: how long a historic request waits for a database that does not
-        answer before it ends as failed for that database (see ``history``). ``journal``: where
-        guaranteed publications and durable subscriptions are kept (a ``MemoryJournal`` if
-        None, a ``SqliteJournal`` to outlive the process); the durable subscriptions it holds
-        are taken up at once. ``transactions``: the limits and timeouts of its clients'
-        transactions. ``accounts``: who may connect and what each client may do (``guard``;
+        """``config``: its settings (the defaults if None). ``journal``: where guaranteed
+        publications and durable subscriptions are kept (a ``MemoryJournal`` if None, a
+        ``SqliteJournal`` to outlive the process); the durable subscriptions it holds are taken
+        up at once. ``accounts``: who may connect and what each client may do (``guard``;
         anyone may do anything if None); ``credentials``: what this broker authenticates with
         to the neighbours it links to."""
+        config = config or BrokerConfig()
+        self.config = config
         self.id = check_id(broker_id, "broker id")
-        self.conformity = conformity
-        self.quotas = quotas or Quotas()
+        self.conformity = config.conformity
+        self.quotas = config.quotas
         """How many subscriptions and advertisements each client may hold."""
         self.guard = None if accounts is None else Guard(accounts)
         self.credentials = credentials or Credentials()
         self.trees = Trees()
-        self.network = Network(limits)
-        self.routes = Routes(self.trees, self.network, covering)
+        self.network = Network(config.composites)
+        self.routes = Routes(self.trees, self.network, config.covering)
         self.archives = Trees()
         """The trees of the databases' replay offers."""
-        self.history = History(self.id, self.archives, replay_delay, timeout=replay_timeout)
+        self.history = History(
+            self.id, self.archives, config.replay_delay, timeout=config.replay_timeout
+        )
         self.echoes = Echoes()
-        self.limits = limits
-        self._epoch = epoch
+        self.limits = config.composites
+        self._epoch = config.epoch
         self._counter = 0
         self._sessions: dict[str, Session] = {}
         self._names: set[str] = set()
@@ -177,7 +168,7 @@ class Broker:
         self._offers: dict[str, str] = {}
         """Replay offers made here: id -> the offering client's hop."""
         self._composites: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-        self._memory = memory
+        self._memory = config.memory
         self._withdrawn: dict[str, float] = {}
         self._withdrawals: deque[tuple[float, str]] = deque()
         self._now = 0.0
@@ -185,7 +176,9 @@ class Broker:
         self.journal = journal if journal is not None else MemoryJournal()
         self.durables = Durables(self.journal, self.routes, self.trees, self.echoes, self._new_id)
         self.durables.restore()
-        self.transactions = Transactions(self.journal, self._deliver, self._withdraw, transactions)
+        self.transactions = Transactions(
+            self.journal, self._deliver, self._withdraw, config.transactions
+        )
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""
         self.dead_letters = DeadLetterQueues(self.journal, self.durables, self._sessions, self.id)
@@ -236,8 +229,7 @@ class Broker:
     def close(self, hop: str) -> list[Out]:
         """A connection is gone: a client's subscriptions and advertisements go with it; for a
         neighbour, what was learned through it is withdrawn from the rest of the overlay."""
-        out = [(h, m) for h, m in self._close(hop) if h != hop]
-        return self._tagged(out + self.durables.sync())
+        return self._effects([(h, m) for h, m in self._close(hop) if h != hop], sync=True)
 
     def _close(self, hop: str) -> list[Out]:
         self._hello_sent.discard(hop)
@@ -245,7 +237,7 @@ class Broker:
         session = self._sessions.pop(hop, None)
         if session is not None:
             self._names.discard(session.name)
-            out = self._ended(self.history.hop_down(hop, f"{session.name} disconnected"))
+            out = self.history.hop_down(hop, f"{session.name} disconnected")
             out += self.echoes.hop_down(hop, f"{session.name} disconnected")
             self.durables.detach(hop)
             self.dead_letters.hop_down(hop)
@@ -263,7 +255,7 @@ class Broker:
             return []
         self.routes.brokers.discard(hop)
         why = f"the link from {self.id} to {name} was lost"
-        out = self._ended(self.history.hop_down(hop, why))
+        out = self.history.hop_down(hop, why)
         out += self.echoes.hop_down(hop, why)
         out += self.durables.hop_down(hop)
         for trees in (self.trees, self.archives):
@@ -281,12 +273,12 @@ class Broker:
         subscriptions ask again for what they may have missed (every ``REFRESH`` seconds).
         The runtime calls this about once a second."""
         self._now = now
-        out = self._ended(self.history.expire(now)) + self.transactions.expire(now)
-        out += self.durables.sync()
+        out = self.history.expire(now) + self.transactions.expire(now)
+        out = self._effects(out, sync=True)
         if now - self._refreshed >= REFRESH:
             self._refreshed = now
-            out += self.durables.refresh()
-        return self._tagged(out)
+            out += self._effects(self.durables.refresh())
+        return out
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -298,14 +290,26 @@ class Broker:
             self._withdrawn.pop(self._withdrawals.popleft()[1], None)
         session = self._sessions.get(hop)
         if session is not None:
-            return self._tagged(self._from_client(message, session))
-        if hop in self._peers:
-            return self._tagged(self._from_broker(message, hop))
-        if isinstance(message, Hello):
-            return self._tagged(self._hello(message, hop))
-        if isinstance(message, Error):
+            out = self._from_client(message, session)
+        elif hop in self._peers:
+            out = self._from_broker(message, hop)
+        elif isinstance(message, Hello):
+            out = self._hello(message, hop)
+        elif isinstance(message, Error):
             return []  # a refused hello, say: never answer an error with an error
-        return [(hop, Error("the first message of a connection must be 'hello'"))]
+        else:
+            return [(hop, Error("the first message of a connection must be 'hello'"))]
+        return self._effects(out, sync=isinstance(message, RESYNC))
+
+    def _effects(self, outs: list[Out], sync: bool = False) -> list[Out]:
+        """What every message and tick ends with, over the messages ``outs`` it sends, in
+        their order: historic subscriptions whose past is complete are forgotten (``_ended``);
+        with ``sync``, durable subscriptions ask for what they missed on the trees they have
+        started to follow (after ``outs``); routing messages get their echo tokens."""
+        self._ended(outs)
+        if sync:
+            outs = outs + self.durables.sync()
+        return self._tagged(outs)
 
     def prefetch(self, messages: Iterable[object]) -> None:
         """Match the publications among ``messages``, about to be handled in turn, against
@@ -320,7 +324,9 @@ class Broker:
 
     def _tagged(self, outs: list[Out]) -> list[Out]:
         """Give every routing message to a neighbour its echo token (see
-        ``padres.broker.echoes``); those that have one keep it."""
+        ``padres.broker.echoes``); those that have one keep it. ``_effects`` tags what a
+        message sends; a handler that waits for the tokens of what it sends (``echoes.wait``)
+        tags it first."""
         tagged: list[Out] = []
         for hop, message in outs:
             if hop in self._peers:
@@ -417,7 +423,7 @@ class Broker:
         out += self.transactions.refused(session, message, why)
         if isinstance(message, ReplayBatch):
             end = ReplayEnd(message.request, message.database, 0, why)
-            out += self._ended(self.history.answer(end, session.hop))
+            out += self.history.answer(end, session.hop)
         return out
 
     def _from_client(self, message: Envelope, session: Session) -> list[Out]:
@@ -463,17 +469,17 @@ class Broker:
             case CompositeSubscription():
                 return self._subscribe_composite(message, session)
             case Advertisement():
-                return self._advertise(message, session) + self.durables.sync()
+                return self._advertise(message, session)
             case Unsubscribe():
                 return self._unsubscribe(message, session)
             case Unadvertise():
-                return self._unadvertise(message, session) + self.durables.sync()
+                return self._unadvertise(message, session)
             case Query():
                 return [(session.hop, self._query(message.what))]
             case ReplayOffer():
                 return self._offer(message, session)
             case ReplayBatch() | ReplayEnd():
-                return self._ended(self.history.answer(message, session.hop))
+                return self.history.answer(message, session.hop)
             case _:
                 kind = type(message).__name__
                 return [(session.hop, Error(f"a client may not send {kind} messages"))]
@@ -519,11 +525,11 @@ class Broker:
             case Echo():
                 return self.echoes.echo(message.token, hop, message.incomplete)
             case RouteUnadvertise():
-                return self._route_unadvertise(message, hop) + self.durables.sync()
+                return self._route_unadvertise(message, hop)
             case ReplayRequest():
                 return self.history.forward(message, hop)
             case ReplayBatch() | ReplayEnd():
-                return self._ended(self.history.answer(message, hop))
+                return self.history.answer(message, hop)
             case Error():
                 return []  # never answer an error with an error
             case _:
@@ -688,7 +694,7 @@ class Broker:
             if pid in live:
                 out += self.routes.add_own(Subscription(pid, flt), Sink.HISTORY)
         out = self._acknowledged(out, live, watch.owner, watch.local_id)
-        return self._ended([*out, *watch.report()])
+        return [*out, *watch.report()]
 
     def _acknowledged(
         self, outs: list[Out], route_ids: Iterable[str], hop: str, ref: str
@@ -700,7 +706,7 @@ class Broker:
             tokens |= self._route_tokens(rid)
         return outs + self.echoes.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
 
-    def _ended(self, outs: list[Out]) -> list[Out]:
+    def _ended(self, outs: list[Out]) -> None:
         """A historic subscription whose past is complete is over: it is forgotten."""
         for hop, message in outs:
             if isinstance(message, ReplayDone) and not message.live:
@@ -710,7 +716,6 @@ class Broker:
                 gid = session.drop(message.subscription)
                 if gid is not None:
                     self.history.unwatch(gid)
-        return outs
 
     def _unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
         sid = unsub.subscription_id

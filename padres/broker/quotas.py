@@ -24,9 +24,10 @@ class Quotas:
     """What one client session may hold at its broker at a time."""
 
     subscriptions: int = 10_000
-    """Subscriptions (atomic, composite and durable together; durable ones count while the
-    client is away too)."""
+    """Subscriptions one client may hold (atomic, composite and durable together; durable
+    ones count while the client is away too)."""
     advertisements: int = 10_000
+    """Advertisements one client may hold."""
     schemas: int = 1_000
     """Schemas of typed classes the overlay holds (dropped ones do not count): a declaration
     of one more, at this broker, is refused."""

@@ -74,7 +74,7 @@ class TxLimits:
     max_open: int = 100
     """Open transactions per client."""
     max_publications: int = 10_000
-    """Publications in one transaction."""
+    """Publications in one transaction, at most."""
     max_bytes: int = 16 << 20
     """Bytes of publications (encoded) in one transaction."""
     max_total_bytes: int = 256 << 20

@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from padres.broker import Broker, Covering
-from padres.broker.quotas import Quotas
+from padres.broker import Broker
+from padres.broker.config import BrokerConfig
 from padres.broker.sqlite_journal import SqliteJournal, Sync
-from padres.broker.transactions import TxLimits
+from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.logs import setup_logging
 from padres.errors import CommandError, JournalError
@@ -21,7 +21,6 @@ from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
 from padres.security.accounts import Accounts, Credentials
 from padres.security.tls import ServerTLS
-from rete.limits import CompositeLimits
 
 MIB = 1 << 20
 
@@ -38,26 +37,9 @@ def register(commands: Any) -> None:
         metavar="URL",
         help="a broker to link to, ws://host:port (repeatable)",
     )
-    p.add_argument("--covering", choices=[c.value for c in Covering], default="lazy")
-    p.add_argument(
-        "--no-conformity",
-        action="store_true",
-        help="route publications that match none of their publisher's advertisements",
-    )
-    p.add_argument(
-        "--one-for-many",
-        action="store_true",
-        help="one publication may fill several parts of a composite subscription, as in PADRES",
-    )
+    add_config_options(p, BrokerConfig)
     p.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between pings on every link"
-    )
-    p.add_argument(
-        "--replay-delay",
-        type=float,
-        default=0.5,
-        help="seconds a database waits past a historic query's end before it answers, so that "
-        "publications on their way are stored first (default 0.5)",
     )
     defaults = Limits()
     p.add_argument(
@@ -93,38 +75,6 @@ def register(commands: Any) -> None:
         f"until every link queue is under half of it (default {defaults.pause_at / MIB:g})",
     )
     p.add_argument(
-        "--replay-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="a historic request fails when its database has sent nothing for this long "
-        "(default 30)",
-    )
-    tx = TxLimits()
-    p.add_argument(
-        "--tx-timeout",
-        type=float,
-        default=tx.timeout,
-        metavar="SECONDS",
-        help="a transaction nothing was published in for this long is aborted "
-        f"(default {tx.timeout:g})",
-    )
-    p.add_argument(
-        "--tx-linger",
-        type=float,
-        default=tx.linger,
-        metavar="SECONDS",
-        help="a transaction whose client lost its connection is aborted unless the client is "
-        f"back within this time (default {tx.linger:g})",
-    )
-    p.add_argument(
-        "--tx-max-publications",
-        type=int,
-        default=tx.max_publications,
-        metavar="N",
-        help=f"publications in one transaction, at most (default {tx.max_publications})",
-    )
-    p.add_argument(
         "--data",
         metavar="DIR",
         help="keep the journal (guaranteed publications, durable subscriptions) in "
@@ -153,7 +103,6 @@ def register(commands: Any) -> None:
 
 
 def _limit_options(p: argparse.ArgumentParser, defaults: Limits) -> None:
-    quotas = Quotas()
     p.add_argument(
         "--max-frame",
         type=float,
@@ -168,35 +117,6 @@ def _limit_options(p: argparse.ArgumentParser, defaults: Limits) -> None:
         default=defaults.frame_messages,
         metavar="N",
         help=f"messages of a frame beyond which it is refused (default {defaults.frame_messages})",
-    )
-    p.add_argument(
-        "--max-subscriptions",
-        type=int,
-        default=quotas.subscriptions,
-        metavar="N",
-        help=f"subscriptions one client may hold (default {quotas.subscriptions})",
-    )
-    p.add_argument(
-        "--max-advertisements",
-        type=int,
-        default=quotas.advertisements,
-        metavar="N",
-        help=f"advertisements one client may hold (default {quotas.advertisements})",
-    )
-    p.add_argument(
-        "--max-schemas",
-        type=int,
-        default=quotas.schemas,
-        metavar="N",
-        help=f"schemas the overlay may hold: a declaration of one more here is refused "
-        f"(default {quotas.schemas})",
-    )
-    p.add_argument(
-        "--max-schema-attributes",
-        type=int,
-        default=quotas.schema_attributes,
-        metavar="N",
-        help=f"attributes one schema declared here may have (default {quotas.schema_attributes})",
     )
 
 
@@ -221,21 +141,6 @@ def _tls(args: argparse.Namespace) -> ServerTLS | None:
     return None if args.tls_cert is None else ServerTLS(args.tls_cert, args.tls_key)
 
 
-def _quotas(args: argparse.Namespace) -> Quotas:
-    try:
-        return Quotas(
-            args.max_subscriptions,
-            args.max_advertisements,
-            args.max_schemas,
-            args.max_schema_attributes,
-        )
-    except ValueError as exc:
-        raise CommandError(
-            f"--max-subscriptions, --max-advertisements, --max-schemas, "
-            f"--max-schema-attributes: {exc}"
-        ) from None
-
-
 def _journal(data: str | None, sync: Sync) -> SqliteJournal:
     if data is None:
         return SqliteJournal("")  # a temporary file: on disk, so bounded in memory, not kept
@@ -258,19 +163,8 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.quiet)
     broker = Broker(
         args.id,
-        covering=Covering(args.covering),
-        conformity=not args.no_conformity,
-        limits=CompositeLimits(distinct=not args.one_for_many),
-        epoch=os.urandom(3).hex(),
-        replay_delay=args.replay_delay,
-        replay_timeout=args.replay_timeout,
+        config=config_from_args(args, BrokerConfig, epoch=os.urandom(3).hex()),
         journal=_journal(args.data, Sync(args.sync)),
-        quotas=_quotas(args),
-        transactions=TxLimits(
-            timeout=args.tx_timeout,
-            linger=args.tx_linger,
-            max_publications=args.tx_max_publications,
-        ),
         accounts=None if args.accounts is None else Accounts(args.accounts),
         credentials=_credentials(args),
     )

@@ -28,6 +28,19 @@ ends in the past) then ends, and so does its iterator. ``transaction()`` groups 
 that subscribers see when they commit, or abort (``padres.client.transaction``). The client's life:
 CONNECTING -> OPEN -> CLOSED, and with ``reconnect``, OPEN -> CONNECTING -> OPEN while it
 re-connects.
+
+Client-side queues: what the broker delivers waits in its subscription's queue until the
+application takes it (``padres.client.pending``), at most ``max_pending`` deliveries and
+``max_pending_bytes`` bytes (65,536 and 64 MiB by default; options of the client, and of each
+subscription). The connection is read on regardless: when a plain subscription's queue is full,
+what comes for it is dropped and counted, and its iterator (or ``get``) raises ``SlowConsumer``
+once, where the first was dropped; the other subscriptions do not notice. A durable
+subscription's queue never drops: the client acknowledges only what the application has taken,
+and the broker sends at most its window (20,000 deliveries, 4 MiB) ahead of the
+acknowledgements. Limits below that window would let its queue fill: the client then stops
+reading from the broker, for every subscription, until the application has taken some (or a
+request waits for its answer: the queue then goes past its limits, by the window at most).
+``handle.statistics()`` says what is pending, delivered and dropped.
 """
 
 from __future__ import annotations
@@ -42,13 +55,22 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from datetime import UTC, datetime
 from enum import Enum
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
+import msgspec
 from msgspec.structs import replace
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from padres.broker.durable import WINDOW, WINDOW_BYTES
 from padres.client.handling import Handler
+from padres.client.pending import (
+    MAX_PENDING,
+    MAX_PENDING_BYTES,
+    Pending,
+    PendingStatistics,
+    check_limits,
+)
 from padres.client.transaction import BlockingTransaction, Transaction
 from padres.errors import (
     AuthenticationError,
@@ -56,6 +78,7 @@ from padres.errors import (
     ConnectionLost,
     PadresError,
     RequestFailed,
+    SlowConsumer,
 )
 from padres.language.parser import parse_composite, parse_filter, parse_publication
 from padres.model.classes import AttributeSpec, parse_attributes
@@ -115,7 +138,9 @@ __all__ = [
     "ClientState",
     "ConnectionLost",
     "Delivery",
+    "PendingStatistics",
     "RequestFailed",
+    "SlowConsumer",
     "SubscriptionHandle",
 ]
 
@@ -123,6 +148,9 @@ log = logging.getLogger("padres.client.connection")
 
 Delivery = Notify | CompositeNotify
 _T = TypeVar("_T")
+
+_RAW_FRAME: Final = msgspec.json.Decoder(list[msgspec.Raw])
+"""Splits a frame into its messages, undecoded: their lengths are what deliveries weigh."""
 
 
 class ClientState(Enum):
@@ -137,7 +165,16 @@ class SubscriptionHandle:
     A durable one numbers its deliveries (``Notify.seq``): a delivery is acknowledged to the
     broker once the callback has returned or the iterator has handed it out, unless the
     subscription was made with ``auto_ack=False``: then ``ack(seq)`` says what is done, and
-    what was not acknowledged when a connection is lost comes again after the reconnect."""
+    what was not acknowledged when a connection is lost comes again after the reconnect.
+
+    Deliveries wait in the subscription's queue (or its handler's, with ``retries``) until they
+    are taken, ``max_pending`` and ``max_pending_bytes`` at most (see the module docstring).
+    When a plain subscription's queue is full, what comes is dropped, and iterating or ``get``
+    raises ``SlowConsumer`` once, after the deliveries queued before the first loss: raised
+    there, like the errors that end a subscription, the loss cannot go unnoticed, and the
+    application sees where its gap is; the subscription goes on (iterate it again). With a
+    handler the loss is logged; a plain callback runs as deliveries are read, and has no
+    queue."""
 
     def __init__(
         self,
@@ -149,6 +186,8 @@ class SubscriptionHandle:
         auto_ack: bool = True,
         retries: int | None = None,
         backoff: float = 0.1,
+        max_pending: int = MAX_PENDING,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ):
         self.id = ident
         self.durable = durable
@@ -161,7 +200,8 @@ class SubscriptionHandle:
         """The last delivery number the broker has been told of."""
         self._client = client
         self._callback = callback
-        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        flow = self._flow if durable else None
+        self._queue: Pending[Delivery] = Pending(ident, max_pending, max_pending_bytes, flow=flow)
         self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
         self.error: RequestFailed | None = None
         """Why the subscription ended, if the broker refused to make it again after a
@@ -173,7 +213,15 @@ class SubscriptionHandle:
             if callback is None or not auto_ack:
                 raise ValueError("retries need a callback, and acknowledge by themselves")
             self.handler = Handler(
-                client, ident, callback, retries=retries, backoff=backoff, processed=self.ack
+                client,
+                ident,
+                callback,
+                retries=retries,
+                backoff=backoff,
+                processed=self.ack,
+                max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
+                flow=flow,
             )
 
     def ack(self, seq: int) -> None:
@@ -194,37 +242,51 @@ class SubscriptionHandle:
     def resume(self) -> int:
         """Before a durable subscription is made again after a reconnect: what was received
         and not processed is forgotten (the broker sends it again); returns what was."""
-        kept = [item for item in _drain(self._queue) if not _after(item, self.done)]
-        for item in kept:
-            self._queue.put_nowait(item)
+        self._queue.keep_only(lambda item: not _after(item, self.done))
         if self.handler is not None:
             self.handler.forget(self.done)
         self.received = self.done
         return self.done
 
-    def _deliver(self, delivery: Delivery | None) -> None:
+    def statistics(self) -> PendingStatistics:
+        """The subscription's queue (its handler's, with ``retries``): what is pending now,
+        what was delivered and dropped since it was made, and its limits."""
+        if self.handler is not None:
+            return self.handler.statistics()
+        return self._queue.statistics()
+
+    def _deliver(self, delivery: Delivery, size: int) -> None:
+        """A delivery of ``size`` bytes (its encoding) from the broker."""
         if isinstance(delivery, Notify) and delivery.seq:
             if delivery.seq <= self.received:
                 return  # sent again after a reconnect: it was received already
             self.received = delivery.seq
         if self.handler is not None:
-            if delivery is None:
-                self.handler.stop()
-            elif isinstance(delivery, Notify):
-                self.handler.put(delivery)
+            if isinstance(delivery, Notify):
+                self.handler.put(delivery, size, keep=self.durable)
             return
-        if self._callback is not None and delivery is not None:
+        if self._callback is not None:
+            self._queue.delivered += 1
             try:
                 self._callback(delivery)
             except Exception:
                 log.exception("subscription %s: callback failed", self.id)
             self._handed_out(delivery)
         else:
-            self._queue.put_nowait(delivery)
+            self._queue.put(delivery, size, keep=self.durable)
+
+    def _end(self) -> None:
+        """The subscription is over: its iterator ends once the queued deliveries are out."""
+        if self.handler is not None:
+            self.handler.stop()
+        self._queue.close()
 
     def _fail(self, error: RequestFailed) -> None:
         self.error = error
-        self._deliver(None)
+        self._end()
+
+    def _flow(self, room: bool) -> None:
+        self._client._flow(self.id, room)
 
     def _handed_out(self, delivery: Delivery) -> None:
         if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
@@ -244,10 +306,10 @@ class SubscriptionHandle:
             yield item
 
     async def get(self, timeout: float | None = None) -> Delivery:
-        """The next delivery: ``TimeoutError`` after ``timeout`` s, ``ConnectionLost`` at end."""
+        """The next delivery: ``TimeoutError`` after ``timeout`` s, ``ConnectionLost`` at end,
+        ``SlowConsumer`` once where deliveries were dropped (the next call goes on)."""
         item = await asyncio.wait_for(self._queue.get(), timeout)
         if item is None:
-            self._queue.put_nowait(None)
             raise self.error or ConnectionLost("the subscription ended")
         self._handed_out(item)
         return item
@@ -277,6 +339,8 @@ class Client:
         password: str = "",
         token: str = "",
         tls_ca: str | None = None,
+        max_pending: int = MAX_PENDING,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
         """``user`` and ``password``, or ``token``: the credentials a broker with accounts
         wants (``docs/security.md``); a refused hello raises ``AuthenticationError``.
@@ -287,7 +351,11 @@ class Client:
         ``max_unacked``: guaranteed publications waiting for the broker's acknowledgement at
         most; publishing more waits. ``tls_ca``: for a ``wss://`` URL, the PEM file of the CA
         certificates the broker's certificate is checked against (the system's trusted
-        authorities if None)."""
+        authorities if None). ``max_pending``, ``max_pending_bytes``: a subscription's queue
+        holds at most that many deliveries and bytes of them (by their encoding), unless the
+        subscription says otherwise (see the module docstring: a plain subscription then
+        drops, a durable one makes the client stop reading)."""
+        check_limits(max_pending, max_pending_bytes)
         self.url = websocket_url(url)
         self._tls = client_context(tls_ca) if secure(self.url) else None
         self.name = name
@@ -319,6 +387,12 @@ class Client:
         self._idle = asyncio.Event()
         self._acking = False
         self._refs = itertools.count(1)
+        self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
+        self._full: set[str] = set()
+        """Durable subscriptions whose queue is full: the broker is not read (``_read_on``)."""
+        self._reading = asyncio.Event()
+        self._reading.set()
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
@@ -370,6 +444,7 @@ class Client:
                     except RequestFailed as exc:
                         self._refused_again(key, exc)
                 self.state = ClientState.OPEN
+                self._read_on()
                 if self._unacked:  # all of them: some may have been made while reconnecting
                     await self._send([Guaranteed(p) for p in self._unacked.values()])
                 log.info("%s: reconnected to %s", self.name, self.url)
@@ -404,6 +479,7 @@ class Client:
 
     async def _shut(self) -> None:
         self.state = ClientState.CLOSED
+        self._read_on()  # the reader must see the connection close
         if self._recovery is not None:
             self._recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -414,7 +490,7 @@ class Client:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         for handle in self._subs.values():
-            handle._deliver(None)
+            handle._end()
         self._subs.clear()
 
     async def __aenter__(self) -> Client:
@@ -464,6 +540,8 @@ class Client:
         retries: int | None = None,
         backoff: float = 0.1,
         visibility: Visibility | str = Visibility.ON_COMMIT,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> SubscriptionHandle:
         """Subscribe; ``visibility``: which publications of transactions it sees, and when
         (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.client.transaction``);
@@ -472,14 +550,30 @@ class Client:
         (see ``SubscriptionHandle`` for its acknowledgements). ``retries``: a callback that
         raises is called again up to that many times, waiting ``backoff`` seconds and then
         twice as long each time, before the publication goes to the subscription's exception
-        queue at the broker (``padres.client.handling``; see ``exceptions``)."""
+        queue at the broker (``padres.client.handling``; see ``exceptions``).
+        ``max_pending``, ``max_pending_bytes``: the limits of the subscription's queue in the
+        client (the client's if None; see ``SubscriptionHandle``). A durable subscription's
+        should not be below the broker's window (20,000 deliveries, 4 MiB): when its queue is
+        full, the client stops reading from the broker."""
         visibility = Visibility(visibility)
+        limits = self._limits(max_pending, max_pending_bytes)
         if durable is None:
             ident = id or self._id("s")
             sub = Subscription(ident, _filter(flt))
             options = None if visibility is Visibility.ON_COMMIT else Subscribe(sub, visibility)
             return await self._subscribe(
-                sub, callback, retries=retries, backoff=backoff, message=options
+                sub, callback, retries=retries, backoff=backoff, message=options, limits=limits
+            )
+        if limits[0] < WINDOW or limits[1] < WINDOW_BYTES:
+            log.warning(
+                "%s: durable subscription %s may hold %d deliveries and %d bytes, less than "
+                "the broker sends ahead of acknowledgements (%d, %d): when it is full, nothing "
+                "is read from the broker until the application has taken some",
+                self.name,
+                durable,
+                *limits,
+                WINDOW,
+                WINDOW_BYTES,
             )
         handle = SubscriptionHandle(
             self,
@@ -489,6 +583,8 @@ class Client:
             auto_ack=auto_ack,
             retries=retries,
             backoff=backoff,
+            max_pending=limits[0],
+            max_pending_bytes=limits[1],
         )
         self._subs[durable] = handle
         message = Durable(Subscription(durable, _filter(flt)), visibility=visibility)
@@ -496,7 +592,7 @@ class Client:
             await self._request(durable, message)
         except BaseException:
             self._subs.pop(durable, None)
-            handle._deliver(None)
+            handle._end()
             raise
         self._made["s", durable] = message
         return handle
@@ -506,12 +602,28 @@ class Client:
         expression: str | CompositeSubscription,
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> SubscriptionHandle:
+        """Subscribe to a composite subscription; ``max_pending``, ``max_pending_bytes``: as
+        for ``subscribe``."""
         if isinstance(expression, CompositeSubscription):
             sub = expression
         else:
             sub = parse_composite(expression, id=id or self._id("s"))
-        return await self._subscribe(sub, callback)
+        return await self._subscribe(
+            sub, callback, limits=self._limits(max_pending, max_pending_bytes)
+        )
+
+    def _limits(self, max_pending: int | None, max_pending_bytes: int | None) -> tuple[int, int]:
+        """A subscription's queue limits: its own, or the client's."""
+        limits = (
+            self.max_pending if max_pending is None else max_pending,
+            self.max_pending_bytes if max_pending_bytes is None else max_pending_bytes,
+        )
+        check_limits(*limits)
+        return limits
 
     async def _subscribe(
         self,
@@ -521,16 +633,26 @@ class Client:
         retries: int | None = None,
         backoff: float = 0.1,
         message: Subscribe | None = None,
+        limits: tuple[int, int],
     ) -> SubscriptionHandle:
-        """Make ``sub`` (by ``message``, when it has options)."""
-        handle = SubscriptionHandle(self, sub.id, callback, retries=retries, backoff=backoff)
+        """Make ``sub`` (by ``message``, when it has options) with a queue of ``limits``
+        (deliveries, bytes)."""
+        handle = SubscriptionHandle(
+            self,
+            sub.id,
+            callback,
+            retries=retries,
+            backoff=backoff,
+            max_pending=limits[0],
+            max_pending_bytes=limits[1],
+        )
         self._subs[sub.id] = handle
         request = message or sub
         try:
             await self._request(sub.id, request)
         except BaseException:
             self._subs.pop(sub.id, None)
-            handle._deliver(None)
+            handle._end()
             raise
         self._made["s", sub.id] = request
         return handle
@@ -547,7 +669,7 @@ class Client:
         self._made.pop(("s", ident), None)
         handle = self._subs.pop(ident, None)
         if handle is not None:
-            handle._deliver(None)
+            handle._end()
 
     def transaction(self, id: str | None = None) -> Transaction:
         """A transaction of publications: ``async with client.transaction() as tx:`` (see
@@ -721,14 +843,14 @@ class Client:
         """A request id of this client's run, for requests that name no id of their own."""
         return f"{kind}{next(self._refs)}.{self._instance}"
 
-    def _retry(self, retry: Retry) -> None:
+    def _retry(self, retry: Retry, size: int) -> None:
         """An entry of an exception queue delivered again: to the subscription's handler. A
         subscription without one sends it back as it came."""
         handle = self._subs.get(retry.subscription)
         if handle is None:
             return  # ended: the broker sends it again when the subscription is made again
         if handle.handler is not None:
-            handle.handler.put_retry(retry)
+            handle.handler.put_retry(retry, size)
             return
         why = f"subscription {retry.subscription!r} has no handler with retries to replay through"
         back = Failed(
@@ -768,11 +890,13 @@ class Client:
             raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._pending[ref] = future
+        self._read_on()
         try:
             await self._send([message], recovering)
             reply = await asyncio.wait_for(future, self.timeout)
         finally:
             self._pending.pop(ref, None)
+            self._read_on()
         if isinstance(reply, Ok) and reply.incomplete:
             why = "; ".join(reply.incomplete)
             log.warning("%s: the routing of %s settled only in part: %s", self.name, ref, why)
@@ -783,8 +907,11 @@ class Client:
     async def _read(self, ws: ClientConnection) -> None:
         try:
             async for data in ws:
-                for item in decode_frame(data, checked=True):  # from the broker
-                    self._on_message(item)
+                items = decode_frame(data, checked=True)  # from the broker
+                for item, size in zip(items, _sizes(data, items), strict=True):
+                    if not self._reading.is_set():
+                        await self._reading.wait()
+                    self._on_message(item, size)
         except ConnectionClosed:
             pass
         finally:
@@ -804,25 +931,43 @@ class Client:
                 else:
                     self.state = ClientState.CLOSED
                     for handle in self._subs.values():
-                        handle._deliver(None)
+                        handle._end()
 
-    def _on_message(self, item: Envelope | Rejected) -> None:
+    def _flow(self, subscription: str, room: bool) -> None:
+        """Durable subscription ``subscription``'s queue is full (``room`` False), or has room
+        again."""
+        if room:
+            self._full.discard(subscription)
+        else:
+            self._full.add(subscription)
+        self._read_on()
+
+    def _read_on(self) -> None:
+        """Read from the broker, unless a durable subscription's queue is full while the client
+        is open and no request waits for its answer (which would wait for the application)."""
+        if self._full and not self._pending and self.state is ClientState.OPEN:
+            self._reading.clear()
+        else:
+            self._reading.set()
+
+    def _on_message(self, item: Envelope | Rejected, size: int) -> None:
+        """A message from the broker, of ``size`` bytes in its frame."""
         match item:
             case Notify():
                 for sid in item.subscriptions:
                     handle = self._subs.get(sid)
                     if handle is not None:
-                        handle._deliver(item)
+                        handle._deliver(item, size)
             case TxEnded():
                 self._tx_ended(item)
             case CompositeNotify():
                 handle = self._subs.get(item.subscription)
                 if handle is not None:
-                    handle._deliver(item)
+                    handle._deliver(item, size)
             case ReplayDone():
                 self._replay_done(item)
             case Retry():
-                self._retry(item)
+                self._retry(item, size)
             case ExceptionReport():
                 self._resolve(item.ref, item)
             case ReplayRequest():
@@ -873,7 +1018,7 @@ class Client:
         if not done.live:  # a historic subscription is over
             self._subs.pop(done.subscription, None)
             self._made.pop(("s", done.subscription), None)
-            handle._deliver(None)
+            handle._end()
 
     def _resolve(self, key: str, value: Envelope) -> None:
         future = self._pending.get(key)
@@ -881,14 +1026,17 @@ class Client:
             future.set_result(value)
 
 
-def _drain(queue: asyncio.Queue[Delivery | None]) -> list[Delivery | None]:
-    items = []
-    while not queue.empty():
-        items.append(queue.get_nowait())
-    return items
+def _sizes(data: bytes | str, items: Sequence[Envelope | Rejected]) -> list[int]:
+    """The length of each message of a frame (``items``, decoded): what a delivery weighs in
+    its queue. A frame without deliveries is not split."""
+    if len(items) == 1:
+        return [len(data)]
+    if not any(isinstance(item, (Notify, CompositeNotify, Retry)) for item in items):
+        return [0] * len(items)
+    return [len(raw) for raw in _RAW_FRAME.decode(data)]
 
 
-def _after(item: Delivery | None, seq: int) -> bool:
+def _after(item: Delivery, seq: int) -> bool:
     return isinstance(item, Notify) and item.seq > seq
 
 
@@ -943,6 +1091,8 @@ class BlockingClient:
         visibility: Visibility | str = Visibility.ON_COMMIT,
         retries: int | None = None,
         backoff: float = 0.1,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> SubscriptionHandle:
         return self._call(
             self._client.subscribe(
@@ -954,6 +1104,8 @@ class BlockingClient:
                 visibility=visibility,
                 retries=retries,
                 backoff=backoff,
+                max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
             )
         )
 
@@ -977,8 +1129,19 @@ class BlockingClient:
         expression: str,
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> SubscriptionHandle:
-        return self._call(self._client.subscribe_composite(expression, callback, id))
+        return self._call(
+            self._client.subscribe_composite(
+                expression,
+                callback,
+                id,
+                max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
+            )
+        )
 
     def unsubscribe(self, ident: str) -> None:
         self._call(self._client.unsubscribe(ident))
@@ -1013,7 +1176,8 @@ class BlockingClient:
     def deliveries(
         self, handle: SubscriptionHandle, timeout: float | None = None
     ) -> Iterator[Delivery]:
-        """Deliveries of ``handle`` as they come; stops after ``timeout`` s without one."""
+        """Deliveries of ``handle`` as they come; stops after ``timeout`` s without one. Where
+        deliveries were dropped, ``SlowConsumer`` (call again to go on)."""
         while True:
             try:
                 yield self._call(handle.get(timeout))

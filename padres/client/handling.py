@@ -14,6 +14,14 @@ it is neither lost nor put there twice when the connection or either side fails 
 Entries replayed from the exception queue (``Retry``) come through the same handler with the same
 retries: when it succeeds the entry is purged, when it fails again it goes back with its attempts
 added up.
+
+The handler takes its deliveries from the subscription's queue in the client
+(``padres.client.pending``), bounded like any subscription's: it takes the next only when done
+with the last, so that a slow handler fills that queue, not memory. When it is full, a plain
+subscription's deliveries are dropped and counted, and the loss is logged as a warning once per
+episode (``SlowConsumer``: there is no iterator to raise it from); a durable subscription's are
+kept, and its client stops reading from the broker until the handler has taken some. Replayed
+entries are always kept: the broker sends at most ``padres.broker.dead_letters.WINDOW`` at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from padres.errors import ConnectionLost, RequestFailed
+from padres.client.pending import MAX_PENDING, MAX_PENDING_BYTES, Pending, PendingStatistics
+from padres.errors import ConnectionLost, RequestFailed, SlowConsumer
 from padres.model.protocol import Envelope, ExceptionAction, Exceptions, Failed, Notify, Retry
 from padres.runtime.backoff import Backoff
 
@@ -70,9 +79,14 @@ class Handler:
         retries: int,
         backoff: float,
         processed: Callable[[int], None],
+        max_pending: int = MAX_PENDING,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+        flow: Callable[[bool], None] | None = None,
     ) -> None:
         """``processed(seq)``: called once a durable delivery is done with (handled, or in the
-        exception queue)."""
+        exception queue). ``max_pending``, ``max_pending_bytes``: the limits of the queue of
+        deliveries waiting for the handler; ``flow``: see ``Pending`` (a durable
+        subscription's)."""
         if retries < 0:
             raise ValueError(f"retries must be 0 or more, not {retries}")
         if backoff <= 0:
@@ -85,40 +99,51 @@ class Handler:
         self._client = client
         self._callback = callback
         self._processed = processed
-        self._queue: asyncio.Queue[_Work] = asyncio.Queue()
+        self._queue: Pending[_Work] = Pending(
+            subscription, max_pending, max_pending_bytes, flow=flow
+        )
         self._task: asyncio.Task[None] | None = None
 
-    def put(self, delivery: Notify) -> None:
-        self._enqueue(_Work(delivery))
+    def put(self, delivery: Notify, size: int, *, keep: bool = False) -> None:
+        """Queue a delivery of ``size`` bytes for the handler (dropped if the queue is full,
+        unless ``keep``)."""
+        if self._queue.put(_Work(delivery), size, keep=keep):
+            self._start()
 
-    def put_retry(self, retry: Retry) -> None:
+    def put_retry(self, retry: Retry, size: int) -> None:
         delivery = Notify(retry.publication, (self.subscription,))
-        self._enqueue(_Work(delivery, retry.entry, retry.attempts))
+        if self._queue.put(_Work(delivery, retry.entry, retry.attempts), size, keep=True):
+            self._start()
 
     def forget(self, done: int) -> None:
         """Before a durable subscription resumes: deliveries numbered after ``done`` come
         again, the queued ones are dropped (entries being replayed come again too)."""
-        kept = []
-        while not self._queue.empty():
-            work = self._queue.get_nowait()
-            if not work.entry and work.delivery.seq <= done:
-                kept.append(work)
-        for work in kept:
-            self._queue.put_nowait(work)
+        self._queue.keep_only(lambda work: not work.entry and work.delivery.seq <= done)
+
+    def statistics(self) -> PendingStatistics:
+        """The queue of deliveries waiting for the handler."""
+        return self._queue.statistics()
 
     def stop(self) -> None:
+        """The subscription is over: nothing more is handled."""
+        self._queue.close()
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
-    def _enqueue(self, work: _Work) -> None:
-        self._queue.put_nowait(work)
+    def _start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         while True:
-            work = await self._queue.get()
+            try:
+                work = await self._queue.get()
+            except SlowConsumer as slow:
+                log.warning("%s", slow)
+                continue
+            if work is None:
+                return
             try:
                 await self._process(work)
             except ConnectionLost:

@@ -306,6 +306,7 @@ class BrokerNode:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
+            sock.close()
 
     def _announce_security(self, host: str) -> None:
         """Say in the log who may use this broker: loudly, if anyone who reaches it may."""

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
-from padres.broker import Broker, Covering
+from padres.broker import Broker, BrokerConfig, Covering
 from padres.broker.journal import Journal
 from padres.broker.memory_journal import MemoryJournal
 from padres.model.codec import encode
@@ -115,12 +115,15 @@ class Simulation:
         """A broker; added again after ``crash``, it restarts from its journal.
         ``credentials``: what it authenticates with to its neighbours."""
         run = self._runs[broker_id] = self._runs.get(broker_id, 0) + 1
-        broker = Broker(
-            broker_id,
+        config = BrokerConfig(
             covering=self.covering,
             conformity=self.conformity,
-            limits=self.limits,
+            composites=self.limits or CompositeLimits(),
             epoch=str(run),
+        )
+        broker = Broker(
+            broker_id,
+            config,
             journal=self.journals.setdefault(broker_id, MemoryJournal()),
             accounts=self.accounts,
             credentials=credentials,
