@@ -26,7 +26,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy padres rete historic web spark tests scenarios
 
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The full real data set when it is beside the checkout, else the sample shipped in the package.
 STOCKQUOTES ?= $(firstword $(wildcard ../shared/data/stockquotes) padres/data/stockquotes-sample.txt)

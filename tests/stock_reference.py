@@ -10,13 +10,17 @@ from padres.model.messages import Subscription
 from tests.strategies import NOW
 
 
-def reference_matches(subs: list[Subscription], paths: list[Path]) -> list[list[str]]:
+def reference_matches(
+    subs: list[Subscription], paths: list[Path], step: int = 1
+) -> list[list[str]]:
+    """The reference matcher's matches of every ``step``-th quote of each file."""
     matcher = ReferenceMatcher()
     for sub in subs:
         matcher.add(sub)
     out = []
     for path in paths:
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in list(enumerate(lines))[::step]:
             pub = parse_publication(line, id=f"{path.stem}{i}", timestamp=NOW)
             out.append(sorted(matcher.match(pub).subscriptions))
     return out

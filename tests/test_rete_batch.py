@@ -150,7 +150,7 @@ def test_values_floats_cannot_hold_or_that_are_no_numbers(value: Value | None) -
     assert [r.conditions for r in results] == [reference.match(p).conditions for p in pubs]
 
 
-@pytest.mark.parametrize("rows", [1, 3, 500])
+@pytest.mark.parametrize("rows", [1, 3, 50])
 @pytest.mark.parametrize("width", [1, 8, 40, 3125])
 @pytest.mark.parametrize("density", [0.0, 0.0005, 0.05, 0.9])
 def test_set_bits_of_rows_of_bitsets(rows: int, width: int, density: float) -> None:
@@ -158,5 +158,5 @@ def test_set_bits_of_rows_of_bitsets(rows: int, width: int, density: float) -> N
     words = np.packbits(bits, axis=1, bitorder="little").view(WORD_DTYPE).reshape(rows, width)
     row, bit = pairs(words)
     expected_row, expected_bit = np.nonzero(bits)
-    assert row.tolist() == expected_row.tolist() and bit.tolist() == expected_bit.tolist()
+    assert np.array_equal(row, expected_row) and np.array_equal(bit, expected_bit)
     assert positions(words[0]).tolist() == np.flatnonzero(bits[0]).tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
@@ -86,26 +87,28 @@ def _mixed_subscriptions(quotes: list[Publication], seed: int) -> list[Subscript
 @needs_data
 @pytest.mark.slow
 def test_rete_equals_the_reference_on_every_quote() -> None:
-    """1,000 random PADRES-style subscriptions against all 245,190 quotes."""
+    """1,000 random PADRES-style subscriptions against every fourth of the 245,190 quotes
+    (all of them with ``PADRES_EVERY_QUOTE=1``: three times as long)."""
     assert DATA is not None
     paths = sorted(Path(DATA).glob("*.txt"))
+    step = 1 if os.environ.get("PADRES_EVERY_QUOTE") else 4
     quotes = [
         parse_publication(line, id=f"{p.stem}{i}", timestamp=NOW)
         for p in paths
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines())
+        for i, line in list(enumerate(p.read_text(encoding="utf-8").splitlines()))[::step]
     ]
     subs = _mixed_subscriptions(quotes, seed=7)
     halves = [paths[: len(paths) // 2], paths[len(paths) // 2 :]]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        futures = [pool.submit(reference_matches, subs, half) for half in halves]
+        futures = [pool.submit(reference_matches, subs, half, step) for half in halves]
         rete = ReteMatcher()
         for sub in subs:
             rete.add(sub)
         actual = [sorted(rete.match(q).subscriptions) for q in quotes]
         expected = [row for future in futures for row in future.result()]
-    assert len(actual) == len(expected) == 245_190
+    assert len(actual) == len(expected) >= 245_190 // step
     mismatches = [i for i, (a, e) in enumerate(zip(actual, expected, strict=True)) if a != e]
     assert not mismatches, f"{len(mismatches)} quotes differ, first {quotes[mismatches[0]]}"
     total = sum(map(len, actual))
-    assert 0 < total < 245_190 * 1000  # the check must see matches, and not everything
+    assert 0 < total < len(quotes) * 1000  # the check must see matches, and not everything
