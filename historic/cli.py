@@ -8,7 +8,6 @@ import argparse
 import contextlib
 from typing import Any
 
-from historic.bench import history, replay
 from padres.cli.bench import data_and_json, show
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.nodes import attach, run_node, until_stopped
@@ -66,7 +65,7 @@ def _broker(args: argparse.Namespace) -> str:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from historic.node import DatabaseNode  # storage sits above the core package
+    from historic.node import DatabaseNode  # imports SQLAlchemy: only when the command runs
     from historic.store import Store
 
     broker = _broker(args)
@@ -125,12 +124,16 @@ def register_benchmarks(benches: Any) -> None:
 
 
 def run_history_bench(args: argparse.Namespace) -> int:
+    from historic.bench import history
+
     result = history.run(args.count, args.url, args.data, args.batch)
     show(args, result, history.report)
     return 0 if result["query_rows"] == result["query_expected"] else 1
 
 
 def run_replay_bench(args: argparse.Namespace) -> int:
+    from historic.bench import replay
+
     result = replay.run(args.count, args.rate, args.data, args.url)
     show(args, result, replay.report)
     return 0 if result["query_rows"] == result["query_expected"] else 1

@@ -52,3 +52,11 @@ def test_historic_errors_extend_the_one_tree() -> None:
         error = getattr(historic, name)
         assert issubclass(error, padres.StorageError), error
     assert issubclass(historic.StoreUnavailable, historic.StoreError)
+
+
+def test_the_packages_above_padres_resolve_every_public_name_on_first_use() -> None:
+    import spark
+
+    for package in (historic, spark):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, (package.__name__, name)

@@ -74,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PadresError as exc:
         print(f"padres {args.command}: {exc}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:  # a command of an extra that is not installed
+        print(f"padres {args.command}: {missing(exc)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into head or the like: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
