@@ -116,6 +116,9 @@ __all__ = ["COVER_SCAN", "Broker", "Covering", "Out"]
 COVER_SCAN: Final = 64
 """Local advertisements of the same class tried as covers of a new one, at most."""
 
+_MARKED: Final = frozenset({RouteSubscribe, RouteAdvertise, ReplayDone})
+"""The (exact) types the effects pass tags or ends: a message sending none, as a publication
+does, skips it."""
 RESYNC: Final = (Advertisement, Unadvertise, RouteUnadvertise)
 """The messages after which a durable subscription may follow a tree it has not yet asked for
 what it missed (``Durables.sync``)."""
@@ -306,9 +309,11 @@ class Broker:
         their order: historic subscriptions whose past is complete are forgotten (``_ended``);
         with ``sync``, durable subscriptions ask for what they missed on the trees they have
         started to follow (after ``outs``); routing messages get their echo tokens."""
-        self._ended(outs)
         if sync:
             outs = outs + self.durables.sync()
+        if not any(type(message) in _MARKED for _, message in outs):
+            return outs
+        self._ended(outs)
         return self._tagged(outs)
 
     def prefetch(self, messages: Iterable[object]) -> None:

@@ -135,9 +135,9 @@ class Transactions:
         self._count: Counter[str] = Counter()
         """Open transactions per client."""
         self._size = 0
+        """Bytes of publications in all open transactions."""
         self._bytes_of: Counter[str] = Counter()
         """Bytes of the open transactions of each client."""
-        """Bytes of publications in all open transactions."""
         self._ended: dict[tuple[str, str], TxEnded] = {}
         """How recently ended transactions ended (oldest first)."""
 

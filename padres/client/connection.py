@@ -376,9 +376,9 @@ class Client:
         self._instance = os.urandom(4).hex()
         """Makes the ids of guaranteed publications differ from those of an earlier run."""
         self._unacked: dict[str, Publication] = {}
+        """Guaranteed publications sent and not yet acknowledged, in the order sent."""
         self._transactions: dict[str, Transaction] = {}
         """Transactions begun and not over, by id."""
-        """Guaranteed publications sent and not yet acknowledged, in the order sent."""
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
         self._acking = False
@@ -904,8 +904,11 @@ class Client:
         try:
             async for data in ws:
                 items = decode_frame(data, checked=True)  # from the broker
-                for item, size in zip(items, _sizes(data, items), strict=True):
-                    if not self._reading.is_set():
+                # What each message weighs in a queue: its share of the frame (a frame holds
+                # messages of like sizes, mostly; splitting it exactly would cost a second pass).
+                size = len(data) // len(items) if items else 0
+                for item in items:
+                    if self._full and not self._reading.is_set():  # a durable queue is full
                         await self._reading.wait()
                     self._on_message(item, size)
         except ConnectionClosed:
@@ -1020,13 +1023,6 @@ class Client:
         future = self._pending.get(key)
         if future is not None and not future.done():
             future.set_result(value)
-
-
-def _sizes(data: bytes | str, items: Sequence[Envelope | Rejected]) -> list[int]:
-    """What each message of a frame (``items``, decoded) weighs in a queue: its share of the
-    frame's length (a frame holds messages of one kind, of like sizes, mostly; splitting it
-    exactly would cost a second pass over every frame)."""
-    return [len(data) // len(items)] * len(items) if items else []
 
 
 def _after(item: Delivery, seq: int) -> bool:
