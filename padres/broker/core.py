@@ -601,9 +601,9 @@ class Broker:
         """Whether the client at ``hop`` may publish ``pub`` as far as conformity goes: it
         conforms to one of its advertisements, or the broker does not check. The one rule the
         core applies, for callers that check before they hand publications over."""
-        session = self.sessions.get(hop)
         if not self.conformity:
             return True
+        session = self.sessions.get(hop)
         return session is not None and self._tree_for(pub, session) is not None
 
     def _tree_for(self, pub: Publication, session: Session, strict: bool = False) -> str | None:

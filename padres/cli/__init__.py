@@ -6,9 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from functools import partial
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from importlib.metadata import entry_points
 
 from padres.cli import (
     bench,
@@ -21,7 +19,8 @@ from padres.cli import (
     schema,
     user,
 )
-from padres.errors import CommandError, PadresError, missing
+from padres.cli.plugins import plug_in
+from padres.errors import PadresError, missing
 
 __all__ = ["main"]
 
@@ -45,26 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     for plugin in entry_points(group="padres.commands"):  # db, archive: from historic and spark
         plug_in(plugin, commands)
     return parser
-
-
-def plug_in(plugin: EntryPoint, commands: Any) -> None:
-    """Add the commands ``plugin`` registers; if its extra is not installed, a command of its
-    name that says what to install."""
-    try:
-        register = plugin.load()
-    except ModuleNotFoundError as exc:
-        why = missing(exc)
-        unavailable = commands.add_parser(
-            plugin.name, help=f"(not installed: {why})", prefix_chars="\0", add_help=False
-        )  # takes any arguments, options included, to say what is missing
-        unavailable.add_argument("rest", nargs="*")
-        unavailable.set_defaults(run=partial(_unavailable, why))
-        return
-    register(commands)
-
-
-def _unavailable(why: str, args: argparse.Namespace) -> int:
-    raise CommandError(why)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

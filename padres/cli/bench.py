@@ -13,6 +13,7 @@ import orjson
 
 from padres.bench import fuzz, guaranteed, match, network, overlay, parse
 from padres.broker import Covering
+from padres.cli.plugins import plug_in
 
 
 def register(commands: Any) -> None:
@@ -69,11 +70,7 @@ def register(commands: Any) -> None:
     f.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     f.set_defaults(run=run_fuzz)
     for plugin in entry_points(group="padres.benchmarks"):
-        try:
-            register = plugin.load()
-        except ModuleNotFoundError:  # its extra is not installed: its benchmarks are absent
-            continue
-        register(benches)
+        plug_in(plugin, benches)
 
 
 def run_parse(args: argparse.Namespace) -> int:
