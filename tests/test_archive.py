@@ -311,7 +311,7 @@ async def _past_and_live(broker: str, url: str, root: Path) -> tuple[list[str], 
         store.close()
 
 
-def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
+async def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
     brokers: dict[str, Any], tmp_path: Path
 ) -> None:
     from historic.store import Store
@@ -341,7 +341,7 @@ def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
     # Between a load and its delete both hold the same publications: load two of them again.
     load([_write(tmp_path / "again.jsonl", history[12:14])], root, Reading(Format.JSON))
     brokers["B1"] = BrokerProcess("B1")
-    past, live, done = asyncio.run(_past_and_live(brokers["B1"].start(), url, root))
+    past, live, done = await _past_and_live(brokers["B1"].start(), url, root)
     assert past == [f"o{i}" for i in range(0, 20, 2)]
     assert live == ["o20"]
     assert len(done.databases) == 2 and not done.failed
@@ -381,7 +381,7 @@ async def _asked(broker: str, root: Path, loads: list[list[Publication]]) -> lis
         archive.close()
 
 
-def test_an_archive_is_asked_only_for_the_times_and_classes_it_holds(
+async def test_an_archive_is_asked_only_for_the_times_and_classes_it_holds(
     brokers: dict[str, Any], tmp_path: Path
 ) -> None:
     """Each class is offered with the time range the archive holds of it; what a later load
@@ -400,7 +400,7 @@ def test_an_archive_is_asked_only_for_the_times_and_classes_it_holds(
         orders("Order", datetime(2025, 6, 1, tzinfo=UTC), 4),
     ]
     brokers["B1"] = BrokerProcess("B1")
-    answered = asyncio.run(_asked(brokers["B1"].start(), tmp_path / "archive", loads))
+    answered = await _asked(brokers["B1"].start(), tmp_path / "archive", loads)
     assert answered == [
         ["Order 2025:  0", "Order 2026: A1@B1 3", "Refund 2025:  0", "Refund 2026:  0"],
         ["Order 2025:  0", "Order 2026: A1@B1 3", "Refund 2025:  0", "Refund 2026: A1@B1 2"],

@@ -27,93 +27,81 @@ from padres.testing.processes import BrokerProcess
 # -- the queue on its own -------------------------------------------------------------------------
 
 
-def test_a_full_queue_drops_counts_and_tells_once_where_the_loss_began() -> None:
-    async def run() -> None:
-        queue: Pending[int] = Pending("s1", 4, 1000)
-        accepted = [queue.put(n, 10) for n in range(10)]
-        assert accepted == [True] * 4 + [False] * 6
-        assert queue.statistics() == PendingStatistics(4, 40, 0, 6, 60, 4, 1000)
-        got = [await queue.get() for _ in range(4)]
-        assert got == [0, 1, 2, 3]
-        with pytest.raises(SlowConsumer) as caught:
-            await queue.get()
-        slow = caught.value
-        assert isinstance(slow, PadresError)
-        assert (slow.subscription, slow.pending, slow.pending_bytes) == ("s1", 0, 0)
-        assert (slow.dropped, slow.dropped_bytes) == (6, 60)
-        assert "'s1'" in str(slow) and "6 deliveries" in str(slow)
-        assert queue.put(10, 10)  # room again, and the iterator goes on
-        assert await queue.get() == 10
-        assert queue.statistics().delivered == 5
-
-    asyncio.run(run())
+async def test_a_full_queue_drops_counts_and_tells_once_where_the_loss_began() -> None:
+    queue: Pending[int] = Pending("s1", 4, 1000)
+    accepted = [queue.put(n, 10) for n in range(10)]
+    assert accepted == [True] * 4 + [False] * 6
+    assert queue.statistics() == PendingStatistics(4, 40, 0, 6, 60, 4, 1000)
+    got = [await queue.get() for _ in range(4)]
+    assert got == [0, 1, 2, 3]
+    with pytest.raises(SlowConsumer) as caught:
+        await queue.get()
+    slow = caught.value
+    assert isinstance(slow, PadresError)
+    assert (slow.subscription, slow.pending, slow.pending_bytes) == ("s1", 0, 0)
+    assert (slow.dropped, slow.dropped_bytes) == (6, 60)
+    assert "'s1'" in str(slow) and "6 deliveries" in str(slow)
+    assert queue.put(10, 10)  # room again, and the iterator goes on
+    assert await queue.get() == 10
+    assert queue.statistics().delivered == 5
 
 
-def test_one_episode_of_losses_is_told_once_and_the_next_again() -> None:
-    async def run() -> None:
-        queue: Pending[int] = Pending("s1", 4, 1000)
-        for n in range(6):  # 4 kept, 4 and 5 dropped: one episode
-            queue.put(n, 1)
-        assert await queue.get() == 0
-        assert queue.put(6, 1)  # room for one: taken, after where the loss began
-        assert not queue.put(7, 1)  # the same episode, not told again
-        told = 0
-        got = []
-        while queue.pending or told == 0:
-            try:
-                got.append(await queue.get())
-            except SlowConsumer as slow:
-                told += 1
-                assert slow.dropped == 3
-        assert got == [1, 2, 3, 6] and told == 1
-        for n in range(8, 14):  # the queue drained: a new episode
-            queue.put(n, 1)
-        got = []
-        with pytest.raises(SlowConsumer) as caught:
-            while True:
-                got.append(await queue.get())
-        assert got == [8, 9, 10, 11] and caught.value.dropped == 5
-
-    asyncio.run(run())
+async def test_one_episode_of_losses_is_told_once_and_the_next_again() -> None:
+    queue: Pending[int] = Pending("s1", 4, 1000)
+    for n in range(6):  # 4 kept, 4 and 5 dropped: one episode
+        queue.put(n, 1)
+    assert await queue.get() == 0
+    assert queue.put(6, 1)  # room for one: taken, after where the loss began
+    assert not queue.put(7, 1)  # the same episode, not told again
+    told = 0
+    got = []
+    while queue.pending or told == 0:
+        try:
+            got.append(await queue.get())
+        except SlowConsumer as slow:
+            told += 1
+            assert slow.dropped == 3
+    assert got == [1, 2, 3, 6] and told == 1
+    for n in range(8, 14):  # the queue drained: a new episode
+        queue.put(n, 1)
+    got = []
+    with pytest.raises(SlowConsumer) as caught:
+        while True:
+            got.append(await queue.get())
+    assert got == [8, 9, 10, 11] and caught.value.dropped == 5
 
 
-def test_bytes_bound_the_queue_and_one_large_delivery_always_fits() -> None:
-    async def run() -> None:
-        queue: Pending[int] = Pending("s1", 100, 1000)
-        assert queue.put(1, 5000)  # alone in the queue: however large
-        assert not queue.put(2, 1)
-        assert await queue.get() == 1
-        with pytest.raises(SlowConsumer):
-            await queue.get()
-        assert queue.put(3, 600) and not queue.put(4, 600) and queue.put(5, 400)
-        assert queue.statistics().pending_bytes == 1000
-
-    asyncio.run(run())
+async def test_bytes_bound_the_queue_and_one_large_delivery_always_fits() -> None:
+    queue: Pending[int] = Pending("s1", 100, 1000)
+    assert queue.put(1, 5000)  # alone in the queue: however large
+    assert not queue.put(2, 1)
+    assert await queue.get() == 1
+    with pytest.raises(SlowConsumer):
+        await queue.get()
+    assert queue.put(3, 600) and not queue.put(4, 600) and queue.put(5, 400)
+    assert queue.statistics().pending_bytes == 1000
 
 
-def test_a_queue_that_keeps_says_when_it_is_full_and_when_it_has_room() -> None:
-    async def run() -> None:
-        told: list[bool] = []
-        queue: Pending[int] = Pending("d1", 3, 1000, flow=told.append)
-        for n in range(5):
-            assert queue.put(n, 10, keep=True)
-        assert told == [False] and queue.statistics().dropped == 0
-        assert [await queue.get() for _ in range(2)] == [0, 1]
-        assert told == [False]  # 3 pending: still at the limit
-        assert await queue.get() == 2
-        assert told == [False, True]
-        queue.put(5, 10, keep=True)
-        assert told == [False, True, False]
-        queue.keep_only(lambda n: n < 4)  # the rest comes again
-        assert told == [False, True, False, True]
-        assert queue.statistics()[:4] == (1, 10, 3, 0)
-        queue.close()
-        assert await queue.get() == 3
-        assert await queue.get() is None
-        assert await queue.get() is None
-        assert not queue.put(6, 1, keep=True)
-
-    asyncio.run(run())
+async def test_a_queue_that_keeps_says_when_it_is_full_and_when_it_has_room() -> None:
+    told: list[bool] = []
+    queue: Pending[int] = Pending("d1", 3, 1000, flow=told.append)
+    for n in range(5):
+        assert queue.put(n, 10, keep=True)
+    assert told == [False] and queue.statistics().dropped == 0
+    assert [await queue.get() for _ in range(2)] == [0, 1]
+    assert told == [False]  # 3 pending: still at the limit
+    assert await queue.get() == 2
+    assert told == [False, True]
+    queue.put(5, 10, keep=True)
+    assert told == [False, True, False]
+    queue.keep_only(lambda n: n < 4)  # the rest comes again
+    assert told == [False, True, False, True]
+    assert queue.statistics()[:4] == (1, 10, 3, 0)
+    queue.close()
+    assert await queue.get() == 3
+    assert await queue.get() is None
+    assert await queue.get() is None
+    assert not queue.put(6, 1, keep=True)
 
 
 def test_limits_must_be_positive() -> None:
@@ -149,70 +137,67 @@ async def _at_least(items: list[int], count: int) -> None:
     await _until(lambda: len(items) >= count)
 
 
-def test_a_subscription_never_read_stays_bounded_while_another_gets_everything(
+async def test_a_subscription_never_read_stays_bounded_while_another_gets_everything(
     brokers: dict[str, BrokerProcess],
 ) -> None:
     url = _start(brokers, "B")
 
-    async def run() -> None:
-        async with Client(url, "pub") as pub, Client(url, "sub") as sub:
-            await pub.advertise("[class,eq,'Big'],[n,isPresent,0]")
-            never = await sub.subscribe("[class,eq,'Big']", id="never")
-            reader = await sub.subscribe("[class,eq,'Big'],[n,>=,0]", id="reader")
-            assert never.statistics()[5:] == (MAX_PENDING, MAX_PENDING_BYTES)
-            read: list[int] = []
+    async with Client(url, "pub") as pub, Client(url, "sub") as sub:
+        await pub.advertise("[class,eq,'Big'],[n,isPresent,0]")
+        never = await sub.subscribe("[class,eq,'Big']", id="never")
+        reader = await sub.subscribe("[class,eq,'Big'],[n,>=,0]", id="reader")
+        assert never.statistics()[5:] == (MAX_PENDING, MAX_PENDING_BYTES)
+        read: list[int] = []
 
-            async def read_all() -> None:
-                while len(read) < COUNT:
-                    note = await reader.get(timeout=15)
-                    assert isinstance(note, Notify)
-                    read.append(int(note.publication.attributes["n"]))
-
-            reading = asyncio.ensure_future(read_all())
-            tracemalloc.start()
-            try:
-                base = tracemalloc.get_traced_memory()[0]
-                for n in range(COUNT):  # a few in flight: the broker's queue for us never fills
-                    await _at_least(read, n - 4)
-                    await pub.publish({"class": "Big", "n": n, "blob": BLOB}, id=f"p{n}")
-                await asyncio.wait_for(reading, 15)
-                peak = tracemalloc.get_traced_memory()[1] - base
-            finally:
-                tracemalloc.stop()
-            assert read == list(range(COUNT))  # the other subscription got everything, in order
-
-            stats = never.statistics()
-            assert stats.pending_bytes <= MAX_PENDING_BYTES < stats.pending_bytes + 1_001_000
-            assert stats.pending + stats.dropped == COUNT and stats.delivered == 0
-            assert stats.dropped_bytes >= stats.dropped * 1_000_000
-            assert peak < MAX_PENDING_BYTES + SLACK, f"the client grew by {peak >> 20} MiB"
-
-            kept, told = [], []
-            while True:
-                try:
-                    note = await never.get(timeout=0.5)
-                except SlowConsumer as slow:
-                    told.append(slow)
-                    continue
-                except TimeoutError:
-                    break
+        async def read_all() -> None:
+            while len(read) < COUNT:
+                note = await reader.get(timeout=15)
                 assert isinstance(note, Notify)
-                kept.append(int(note.publication.attributes["n"]))
-            assert kept == list(range(stats.pending))  # the first, until the queue was full
-            (once,) = told  # once, where the loss began
-            assert once.subscription == "never" and once.dropped == stats.dropped
-            assert once.pending == 0 and once.dropped_bytes == stats.dropped_bytes
-            assert never.statistics().delivered == stats.pending
+                read.append(int(note.publication.attributes["n"]))
 
-    asyncio.run(run())
+        reading = asyncio.ensure_future(read_all())
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for n in range(COUNT):  # a few in flight: the broker's queue for us never fills
+                await _at_least(read, n - 4)
+                await pub.publish({"class": "Big", "n": n, "blob": BLOB}, id=f"p{n}")
+            await asyncio.wait_for(reading, 15)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert read == list(range(COUNT))  # the other subscription got everything, in order
+
+        stats = never.statistics()
+        assert stats.pending_bytes <= MAX_PENDING_BYTES < stats.pending_bytes + 1_001_000
+        assert stats.pending + stats.dropped == COUNT and stats.delivered == 0
+        assert stats.dropped_bytes >= stats.dropped * 1_000_000
+        assert peak < MAX_PENDING_BYTES + SLACK, f"the client grew by {peak >> 20} MiB"
+
+        kept, told = [], []
+        while True:
+            try:
+                note = await never.get(timeout=0.5)
+            except SlowConsumer as slow:
+                told.append(slow)
+                continue
+            except TimeoutError:
+                break
+            assert isinstance(note, Notify)
+            kept.append(int(note.publication.attributes["n"]))
+        assert kept == list(range(stats.pending))  # the first, until the queue was full
+        (once,) = told  # once, where the loss began
+        assert once.subscription == "never" and once.dropped == stats.dropped
+        assert once.pending == 0 and once.dropped_bytes == stats.dropped_bytes
+        assert never.statistics().delivered == stats.pending
 
 
-def test_a_slow_handler_drops_what_its_queue_cannot_hold_and_logs_it_once(
+async def test_a_slow_handler_drops_what_its_queue_cannot_hold_and_logs_it_once(
     brokers: dict[str, BrokerProcess], caplog: pytest.LogCaptureFixture
 ) -> None:
     url = _start(brokers, "B")
 
-    async def run() -> None:
+    with caplog.at_level(logging.WARNING, logger="padres.client.connection"):
         release = asyncio.Event()
         handled: list[int] = []
 
@@ -234,9 +219,6 @@ def test_a_slow_handler_drops_what_its_queue_cannot_hold_and_logs_it_once(
             assert handled == list(range(6))
             stats = handle.statistics()
             assert (stats.pending, stats.delivered, stats.max_pending) == (0, 6, 5)
-
-    with caplog.at_level(logging.WARNING, logger="padres.client.connection"):
-        asyncio.run(run())
     warnings = [r.getMessage() for r in caplog.records if "read too slowly" in r.getMessage()]
     assert len(warnings) == 1 and "14 deliveries" in warnings[0]
 
@@ -259,38 +241,35 @@ async def _read_durable(
     return seqs, ns, most
 
 
-def test_a_slow_durable_reader_gets_everything_once_in_order_held_back_by_the_window(
+async def test_a_slow_durable_reader_gets_everything_once_in_order_held_back_by_the_window(
     brokers: dict[str, BrokerProcess],
 ) -> None:
     url = _start(brokers, "B")
     count, pad = 300, "d" * 40_000  # 12 MB: three times the broker's window
 
-    async def run() -> None:
-        async with Client(url, "pub") as pub, Client(url, "manager") as manager:
-            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
-            orders = await manager.subscribe("[class,eq,'T']", durable="orders")
-            for n in range(count):
-                await pub.publish({"class": "T", "n": n, "pad": pad}, guaranteed=True)
-            await pub.flush(15)
-            seqs, ns, most = await _read_durable(orders, count, 0.002)
-            assert seqs == list(range(1, count + 1)) and ns == list(range(count))
-            assert most <= WINDOW_BYTES + 50_000  # the rest waited at the broker
-            stats = orders.statistics()
-            assert (stats.pending, stats.dropped, stats.delivered) == (0, 0, count)
-            with pytest.raises(TimeoutError):
-                await orders.get(timeout=0.3)  # nothing twice
-            await manager.unsubscribe("orders")
-
-    asyncio.run(run())
+    async with Client(url, "pub") as pub, Client(url, "manager") as manager:
+        await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        orders = await manager.subscribe("[class,eq,'T']", durable="orders")
+        for n in range(count):
+            await pub.publish({"class": "T", "n": n, "pad": pad}, guaranteed=True)
+        await pub.flush(15)
+        seqs, ns, most = await _read_durable(orders, count, 0.002)
+        assert seqs == list(range(1, count + 1)) and ns == list(range(count))
+        assert most <= WINDOW_BYTES + 50_000  # the rest waited at the broker
+        stats = orders.statistics()
+        assert (stats.pending, stats.dropped, stats.delivered) == (0, 0, count)
+        with pytest.raises(TimeoutError):
+            await orders.get(timeout=0.3)  # nothing twice
+        await manager.unsubscribe("orders")
 
 
-def test_a_durable_queue_below_the_window_stops_the_reading_and_loses_nothing(
+async def test_a_durable_queue_below_the_window_stops_the_reading_and_loses_nothing(
     brokers: dict[str, BrokerProcess], caplog: pytest.LogCaptureFixture
 ) -> None:
     url = _start(brokers, "B")
     count = 200
 
-    async def run() -> None:
+    with caplog.at_level(logging.WARNING, logger="padres.client.connection"):
         async with Client(url, "pub") as pub, Client(url, "manager") as manager:
             await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
             orders = await manager.subscribe(
@@ -311,7 +290,4 @@ def test_a_durable_queue_below_the_window_stops_the_reading_and_loses_nothing(
             assert most <= 8 and orders.statistics().dropped == 0
             assert await manager.query("subscriptions")  # requests are answered meanwhile
             await manager.unsubscribe("orders")
-
-    with caplog.at_level(logging.WARNING, logger="padres.client.connection"):
-        asyncio.run(run())
     assert "durable subscription orders may hold 8 deliveries" in caplog.text

@@ -76,44 +76,38 @@ async def _node_subscribed(client: Client) -> None:
     await eventually(ready)
 
 
-def test_a_node_dropped_by_its_broker_reconnects_and_stores_again(setup: Setup) -> None:
-    async def run() -> None:
-        async with Client(setup.url, "pub") as pub:
-            await pub.advertise(T)
-            await _node_subscribed(pub)
-            await pub.publish("[class,'T']", id="before")
-            await eventually(lambda: "before" in setup.stored())
-            setup.db.pause()  # alive but silent: the broker's pings go unanswered
-            await eventually(lambda: not setup.attached())
-            await pub.publish("[class,'T']", id="away")  # its broker keeps it for the node
-            setup.db.resume()
-            await eventually(setup.attached)
-            await _node_subscribed(pub)
-            await pub.publish("[class,'T']", id="after")
-            await eventually(lambda: "after" in setup.stored())
-
-    asyncio.run(run())
+async def test_a_node_dropped_by_its_broker_reconnects_and_stores_again(setup: Setup) -> None:
+    async with Client(setup.url, "pub") as pub:
+        await pub.advertise(T)
+        await _node_subscribed(pub)
+        await pub.publish("[class,'T']", id="before")
+        await eventually(lambda: "before" in setup.stored())
+        setup.db.pause()  # alive but silent: the broker's pings go unanswered
+        await eventually(lambda: not setup.attached())
+        await pub.publish("[class,'T']", id="away")  # its broker keeps it for the node
+        setup.db.resume()
+        await eventually(setup.attached)
+        await _node_subscribed(pub)
+        await pub.publish("[class,'T']", id="after")
+        await eventually(lambda: "after" in setup.stored())
     assert setup.db.alive
     assert setup.stored() == {"before", "away", "after"}
     assert "DB1: reconnected to" in setup.log_path.read_text()
 
 
-def test_a_node_reconnects_to_its_broker_killed_and_restarted(setup: Setup) -> None:
-    async def run() -> None:
-        async with Client(setup.url, "pub", reconnect=True) as pub:
-            await pub.advertise(T)
-            await _node_subscribed(pub)
-            await pub.publish("[class,'T']", id="before")
-            await eventually(lambda: "before" in setup.stored())
-            setup.broker.kill()
-            await eventually(lambda: pub.state is ClientState.CONNECTING)
-            await asyncio.to_thread(setup.broker.start)  # the same port
-            await eventually(lambda: pub.state is ClientState.OPEN)
-            await _node_subscribed(pub)
-            await pub.publish("[class,'T']", id="after")
-            await eventually(lambda: "after" in setup.stored())
-
-    asyncio.run(run())
+async def test_a_node_reconnects_to_its_broker_killed_and_restarted(setup: Setup) -> None:
+    async with Client(setup.url, "pub", reconnect=True) as pub:
+        await pub.advertise(T)
+        await _node_subscribed(pub)
+        await pub.publish("[class,'T']", id="before")
+        await eventually(lambda: "before" in setup.stored())
+        setup.broker.kill()
+        await eventually(lambda: pub.state is ClientState.CONNECTING)
+        await asyncio.to_thread(setup.broker.start)  # the same port
+        await eventually(lambda: pub.state is ClientState.OPEN)
+        await _node_subscribed(pub)
+        await pub.publish("[class,'T']", id="after")
+        await eventually(lambda: "after" in setup.stored())
     assert setup.db.alive
     assert setup.stored() == {"before", "after"}
 
@@ -141,39 +135,36 @@ def test_a_timestamp_with_no_utc_equivalent_is_refused_where_it_is_made(stamp: s
     assert Publication("p", {"class": "T"}, datetime.fromisoformat(inside))
 
 
-def test_poison_timestamps_are_refused_and_what_follows_is_stored(setup: Setup) -> None:
+async def test_poison_timestamps_are_refused_and_what_follows_is_stored(setup: Setup) -> None:
     now = datetime.now().astimezone().isoformat()
 
-    async def run() -> None:
-        async with Client(setup.url, "watcher") as watcher, connect(setup.url) as raw:
-            await _node_subscribed(watcher)
-            await raw.send(orjson.dumps({"v": 1, "type": "hello", "name": "raw", "role": "client"}))
-            assert orjson.loads(await asyncio.wait_for(raw.recv(), 10))[0]["type"] == "welcome"
-            advertise = {
-                "v": 1,
-                "type": "advertisement",
-                "id": "a",
-                "filter": [["class", "eq", "T"]],
-            }
-            await raw.send(orjson.dumps([advertise]))
-            assert orjson.loads(await asyncio.wait_for(raw.recv(), 10))[0]["type"] == "ok"
-            frame = [
-                _publication("good0", now),
-                *(_publication(f"poison{i}", stamp) for i, stamp in enumerate(POISON)),
-                _publication("good1", now),
-            ]
-            await raw.send(orjson.dumps(frame))
-            errors: list[dict[str, Any]] = []
-            while len(errors) < len(POISON):
-                errors += orjson.loads(await asyncio.wait_for(raw.recv(), 10))
-            for i, stamp in enumerate(POISON):
-                assert errors[i]["type"] == "error" and errors[i]["ref"] == f"poison{i}"
-                assert f"timestamp {stamp} is out of range" in errors[i]["text"]
-            await eventually(lambda: {"good0", "good1"} <= setup.stored())
-            await raw.send(orjson.dumps([_publication("good2", now)]))  # a later batch
-            await eventually(lambda: "good2" in setup.stored())
-
-    asyncio.run(run())
+    async with Client(setup.url, "watcher") as watcher, connect(setup.url) as raw:
+        await _node_subscribed(watcher)
+        await raw.send(orjson.dumps({"v": 1, "type": "hello", "name": "raw", "role": "client"}))
+        assert orjson.loads(await asyncio.wait_for(raw.recv(), 10))[0]["type"] == "welcome"
+        advertise = {
+            "v": 1,
+            "type": "advertisement",
+            "id": "a",
+            "filter": [["class", "eq", "T"]],
+        }
+        await raw.send(orjson.dumps([advertise]))
+        assert orjson.loads(await asyncio.wait_for(raw.recv(), 10))[0]["type"] == "ok"
+        frame = [
+            _publication("good0", now),
+            *(_publication(f"poison{i}", stamp) for i, stamp in enumerate(POISON)),
+            _publication("good1", now),
+        ]
+        await raw.send(orjson.dumps(frame))
+        errors: list[dict[str, Any]] = []
+        while len(errors) < len(POISON):
+            errors += orjson.loads(await asyncio.wait_for(raw.recv(), 10))
+        for i, stamp in enumerate(POISON):
+            assert errors[i]["type"] == "error" and errors[i]["ref"] == f"poison{i}"
+            assert f"timestamp {stamp} is out of range" in errors[i]["text"]
+        await eventually(lambda: {"good0", "good1"} <= setup.stored())
+        await raw.send(orjson.dumps([_publication("good2", now)]))  # a later batch
+        await eventually(lambda: "good2" in setup.stored())
     assert setup.stored() == {"good0", "good1", "good2"}
     assert setup.store.rejected() == []  # refused at the broker: nothing reached the database
 
@@ -189,64 +180,55 @@ async def _publish_fast(pub: Client, start: int, stop: int) -> None:
     await pub.query("advertisements")  # a round trip: all of it was read
 
 
-def test_a_node_frozen_while_publishers_run_at_full_speed_stores_everything(
+async def test_a_node_frozen_while_publishers_run_at_full_speed_stores_everything(
     setup: Setup,
 ) -> None:
     count = 20_000
 
-    async def run() -> None:
-        async with Client(setup.url, "pub") as pub:
-            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
-            await _node_subscribed(pub)
-            setup.db.pause()  # long enough for the broker to drop it (heartbeat 1 s)
-            await _publish_fast(pub, 0, count)
-            await eventually(lambda: not setup.attached())
-            setup.db.resume()
-            await eventually(lambda: len(setup.stored()) == count, timeout=60)
-
-    asyncio.run(run())
+    async with Client(setup.url, "pub") as pub:
+        await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        await _node_subscribed(pub)
+        setup.db.pause()  # long enough for the broker to drop it (heartbeat 1 s)
+        await _publish_fast(pub, 0, count)
+        await eventually(lambda: not setup.attached())
+        setup.db.resume()
+        await eventually(lambda: len(setup.stored()) == count, timeout=60)
     assert setup.stored() == {f"n{i}" for i in range(count)}
 
 
-def test_a_node_killed_and_started_again_loses_nothing(setup: Setup) -> None:
+async def test_a_node_killed_and_started_again_loses_nothing(setup: Setup) -> None:
     count = 10_000
 
-    async def run() -> None:
-        async with Client(setup.url, "pub") as pub:
-            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
-            await _node_subscribed(pub)
-            await _publish_fast(pub, 0, count // 2)
-            setup.db.kill()  # what it had received and not written is not acknowledged
-            await _publish_fast(pub, count // 2, count)
-            await asyncio.to_thread(setup.db.start)
-            await eventually(lambda: len(setup.stored()) == count, timeout=60)
-
-    asyncio.run(run())
+    async with Client(setup.url, "pub") as pub:
+        await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        await _node_subscribed(pub)
+        await _publish_fast(pub, 0, count // 2)
+        setup.db.kill()  # what it had received and not written is not acknowledged
+        await _publish_fast(pub, count // 2, count)
+        await asyncio.to_thread(setup.db.start)
+        await eventually(lambda: len(setup.stored()) == count, timeout=60)
     assert setup.stored() == {f"n{i}" for i in range(count)}
 
 
-def test_a_node_killed_mid_ingest_keeps_all_it_acknowledged_and_stores_each_once(
+async def test_a_node_killed_mid_ingest_keeps_all_it_acknowledged_and_stores_each_once(
     setup: Setup,
 ) -> None:
     """Killed while it writes large commits: every publication its broker has an
     acknowledgement for is in the store, and the rest comes again, each stored once."""
     count = 60_000
 
-    async def run() -> None:
-        async with Client(setup.url, "pub") as pub:
-            await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
-            await _node_subscribed(pub)
-            publishing = asyncio.get_running_loop().create_task(_publish_fast(pub, 0, count))
-            await eventually(lambda: _acked(setup.url) >= 2_000, timeout=60)
-            setup.db.kill()
-            acked = _acked(setup.url)  # deliveries are numbered in the order published
-            assert {f"n{i}" for i in range(acked)} <= setup.stored()
-            assert acked < count  # killed mid-ingest
-            await publishing
-            await asyncio.to_thread(setup.db.start)
-            await eventually(lambda: setup.store.count() == count, timeout=60)
-
-    asyncio.run(run())
+    async with Client(setup.url, "pub") as pub:
+        await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
+        await _node_subscribed(pub)
+        publishing = asyncio.get_running_loop().create_task(_publish_fast(pub, 0, count))
+        await eventually(lambda: _acked(setup.url) >= 2_000, timeout=60)
+        setup.db.kill()
+        acked = _acked(setup.url)  # deliveries are numbered in the order published
+        assert {f"n{i}" for i in range(acked)} <= setup.stored()
+        assert acked < count  # killed mid-ingest
+        await publishing
+        await asyncio.to_thread(setup.db.start)
+        await eventually(lambda: setup.store.count() == count, timeout=60)
     assert setup.stored() == {f"n{i}" for i in range(count)}
     assert setup.store.count() == count
 
@@ -261,7 +243,7 @@ def _acked(url: str) -> int:
     return int(stored["acked"])
 
 
-def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
+async def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
     tmp_path: Path,
 ) -> None:
     """Guaranteed publications from another broker, while the node's broker is down, are
@@ -283,7 +265,8 @@ def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
     def stored() -> set[str]:
         return {p.id for p in store.query(Filter((Predicate("class", Op.EQ, "T"),)))}
 
-    async def run() -> None:
+    try:
+        db.start()
         async with Client(url_a, "pub", reconnect=True) as pub:
             await pub.advertise("[class,eq,'T'],[n,isPresent,0]")
             await eventually(lambda: "DB1@B" in _clients(url_b))
@@ -295,10 +278,6 @@ def test_the_broker_of_a_node_killed_and_restarted_loses_nothing_guaranteed(
                     await asyncio.to_thread(node_broker.start)  # the same port, its journal
             await pub.flush(60)
             await eventually(lambda: len(stored()) == count, timeout=60)
-
-    try:
-        db.start()
-        asyncio.run(run())
         assert stored() == {f"n{i}" for i in range(count)}
     finally:
         db.stop()

@@ -381,7 +381,7 @@ class _Buggy(Broker):
         return [*super().handle(message, hop, now), (hop, Error(cast(str, object())))]
 
 
-def test_a_failure_on_a_dialled_link_never_stops_the_dialling(
+async def test_a_failure_on_a_dialled_link_never_stops_the_dialling(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     dialled: list[str] = []
@@ -392,19 +392,16 @@ def test_a_failure_on_a_dialled_link_never_stops_the_dialling(
         await ws.send(_frame({"type": "route_unsubscribe", "subscription_id": "x", "trees": []}))
         await asyncio.sleep(0.2)
 
-    async def run() -> None:
-        async with serve(neighbour, "127.0.0.1", 0) as server:
-            port = server.sockets[0].getsockname()[1]
-            node = BrokerNode(_Buggy("B"), neighbours=[f"ws://127.0.0.1:{port}"])
-            serving = asyncio.ensure_future(node.serve())
-            try:
-                await eventually(lambda: len(dialled) >= 3)
-            finally:
-                serving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await serving
-
-    asyncio.run(run())
+    async with serve(neighbour, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        node = BrokerNode(_Buggy("B"), neighbours=[f"ws://127.0.0.1:{port}"])
+        serving = asyncio.ensure_future(node.serve())
+        try:
+            await eventually(lambda: len(dialled) >= 3)
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
     assert "failed on a frame from n" in caplog.text
 
 

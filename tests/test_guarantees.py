@@ -141,25 +141,23 @@ async def test_a_durable_subscriber_away_for_a_while_resumes_with_nothing_lost_o
         assert second.by_publisher["shop@A"] == list(range(100, 1100))
 
 
-def test_padres_pub_guaranteed_run_twice_publishes_twice(brokers: dict[str, BrokerProcess]) -> None:
+async def test_padres_pub_guaranteed_run_twice_publishes_twice(
+    brokers: dict[str, BrokerProcess],
+) -> None:
     """The command's ids are its file's line numbers: each run makes them its own, so the broker
     does not take a second run for a resend of the first."""
     brokers["B1"] = BrokerProcess("B1")
     url = brokers["B1"].start()
-
-    async def scenario() -> list[int]:
-        got: list[int] = []
-        async with Client(url, "manager") as manager:
-            inbox = await manager.subscribe("[class,eq,'Run']", durable="runs")
-            for n in (1, 2):
-                publish = [sys.executable, "-m", "padres.cli", "pub", "--broker", url, "--name"]
-                publish += ["clerk", "--guaranteed", f"[class,'Run'],[n,{n}]"]
-                done = await asyncio.to_thread(subprocess.run, publish, capture_output=True)
-                assert done.returncode == 0, done.stderr
-            for _ in (1, 2):
-                delivery = await inbox.get(timeout=10)
-                assert isinstance(delivery, Notify)
-                got.append(int(delivery.publication.attributes["n"]))
-        return got
-
-    assert asyncio.run(scenario()) == [1, 2]
+    got: list[int] = []
+    async with Client(url, "manager") as manager:
+        inbox = await manager.subscribe("[class,eq,'Run']", durable="runs")
+        for n in (1, 2):
+            publish = [sys.executable, "-m", "padres.cli", "pub", "--broker", url, "--name"]
+            publish += ["clerk", "--guaranteed", f"[class,'Run'],[n,{n}]"]
+            done = await asyncio.to_thread(subprocess.run, publish, capture_output=True)
+            assert done.returncode == 0, done.stderr
+        for _ in (1, 2):
+            delivery = await inbox.get(timeout=10)
+            assert isinstance(delivery, Notify)
+            got.append(int(delivery.publication.attributes["n"]))
+    assert got == [1, 2]

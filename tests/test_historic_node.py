@@ -4,6 +4,7 @@ its writer, which no publication and no database failure can stop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -46,7 +47,9 @@ async def _status(replies: list[Delivery], request: str) -> dict[str, object]:
     raise AssertionError(f"no DB_STATUS for {request}")
 
 
-def test_database_node_stores_what_it_is_told_once_and_stops(broker: str, tmp_path: Path) -> None:
+async def test_database_node_stores_what_it_is_told_once_and_stops(
+    broker: str, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'db1.sqlite'}"
     db = subprocess.Popen(
         [
@@ -69,7 +72,7 @@ def test_database_node_stores_what_it_is_told_once_and_stops(broker: str, tmp_pa
     assert db.stdout is not None
     assert "database DB1 attached to B1" in db.stdout.readline()
     try:
-        asyncio.run(_scenario(broker))
+        await _scenario(broker)
     finally:
         db.terminate()
         _, err = db.communicate(timeout=10)
@@ -150,28 +153,27 @@ async def _until(check: Callable[[], bool], timeout: float = 10.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def test_the_writer_sets_a_poison_publication_aside_and_keeps_storing(tmp_path: Path) -> None:
+async def test_the_writer_sets_a_poison_publication_aside_and_keeps_storing(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'w.sqlite'}")
 
-    async def run() -> None:
-        writer = Writer(store, "DB1", batch=10, flush_every=0.02)
-        task = asyncio.get_running_loop().create_task(writer.run())
-        for i in range(25):
-            writer.put(_poison("bad") if i == 12 else _pub(f"a{i}"))
-        await _until(lambda: writer.counts.stored == 24)
-        for i in range(5):
-            writer.put(_pub(f"b{i}"))  # after the poison: stored too
-        await _until(lambda: writer.counts.stored == 29)
-        task.cancel()
-        assert (writer.counts.set_aside, writer.counts.failed, writer.counts.dropped) == (1, 0, 0)
-
-    asyncio.run(run())
+    writer = Writer(store, "DB1", batch=10, flush_every=0.02)
+    task = asyncio.get_running_loop().create_task(writer.run())
+    for i in range(25):
+        writer.put(_poison("bad") if i == 12 else _pub(f"a{i}"))
+    await _until(lambda: writer.counts.stored == 24)
+    for i in range(5):
+        writer.put(_pub(f"b{i}"))  # after the poison: stored too
+    await _until(lambda: writer.counts.stored == 29)
+    task.cancel()
+    assert (writer.counts.set_aside, writer.counts.failed, writer.counts.dropped) == (1, 0, 0)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     assert len(store.query(T)) == 29
     assert [r.id for r in store.rejected()] == ["bad"]
     store.close()
 
 
-def test_the_writer_retries_a_locked_database_and_acknowledges_only_what_is_written(
+async def test_the_writer_retries_a_locked_database_and_acknowledges_only_what_is_written(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "w.sqlite"
@@ -179,26 +181,25 @@ def test_the_writer_retries_a_locked_database_and_acknowledges_only_what_is_writ
     lock = sqlite3.connect(path, isolation_level=None)
     written: list[str] = []
 
-    async def run() -> None:
-        writer = Writer(store, "DB1", batch=4, flush_every=0.02)
-        task = asyncio.get_running_loop().create_task(writer.run())
-        lock.execute("BEGIN EXCLUSIVE")
-        for i in range(10):
-            writer.put(_pub(f"p{i}"), lambda i=i: written.append(f"p{i}"))  # type: ignore[misc]
-        await _until(lambda: writer.counts.failed >= 2)  # tried, failed, tried again
-        assert writer.counts.stored == 0 and writer.waiting == 10 and written == []
-        lock.execute("ROLLBACK")
-        await _until(lambda: writer.counts.stored == 10)  # the batch was kept, not lost
-        assert written == [f"p{i}" for i in range(10)]  # acknowledged in order, once written
-        for i in range(3):
-            writer.put(_pub(f"q{i}"), lambda i=i: written.append(f"q{i}"))  # type: ignore[misc]
-        task.cancel()
-        lock.execute("BEGIN EXCLUSIVE")
-        writer.close()  # at shutdown, one try: what is not written is not acknowledged
-        lock.execute("ROLLBACK")
-        assert writer.waiting == 0 and len(written) == 10
-
-    asyncio.run(run())
+    writer = Writer(store, "DB1", batch=4, flush_every=0.02)
+    task = asyncio.get_running_loop().create_task(writer.run())
+    lock.execute("BEGIN EXCLUSIVE")
+    for i in range(10):
+        writer.put(_pub(f"p{i}"), lambda i=i: written.append(f"p{i}"))  # type: ignore[misc]
+    await _until(lambda: writer.counts.failed >= 2)  # tried, failed, tried again
+    assert writer.counts.stored == 0 and writer.waiting == 10 and written == []
+    lock.execute("ROLLBACK")
+    await _until(lambda: writer.counts.stored == 10)  # the batch was kept, not lost
+    assert written == [f"p{i}" for i in range(10)]  # acknowledged in order, once written
+    for i in range(3):
+        writer.put(_pub(f"q{i}"), lambda i=i: written.append(f"q{i}"))  # type: ignore[misc]
+    task.cancel()
+    lock.execute("BEGIN EXCLUSIVE")
+    writer.close()  # at shutdown, one try: what is not written is not acknowledged
+    lock.execute("ROLLBACK")
+    assert writer.waiting == 0 and len(written) == 10
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     lock.close()
     assert len(store.query(T)) == 10
     store.close()
@@ -220,25 +221,24 @@ class _Held(Store):
         return super().write(pubs)
 
 
-def test_the_writer_groups_what_gathers_during_a_write_into_larger_commits(
+async def test_the_writer_groups_what_gathers_during_a_write_into_larger_commits(
     tmp_path: Path,
 ) -> None:
     store = _Held(f"sqlite:///{tmp_path / 'w.sqlite'}")
     written: list[int] = []
 
-    async def run() -> None:
-        writer = Writer(store, "DB1", batch=10, most=1000, flush_every=0.02)
-        task = asyncio.get_running_loop().create_task(writer.run())
-        for i in range(10):
-            writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
-        await _until(store.entered.is_set)  # the first write has started, and waits
-        for i in range(10, 2500):
-            writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
-        store.gate.set()
-        await _until(lambda: writer.counts.stored == 2500)
-        task.cancel()
-
-    asyncio.run(run())
+    writer = Writer(store, "DB1", batch=10, most=1000, flush_every=0.02)
+    task = asyncio.get_running_loop().create_task(writer.run())
+    for i in range(10):
+        writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
+    await _until(store.entered.is_set)  # the first write has started, and waits
+    for i in range(10, 2500):
+        writer.put(_pub(f"p{i}"), lambda i=i: written.append(i))  # type: ignore[misc]
+    store.gate.set()
+    await _until(lambda: writer.counts.stored == 2500)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     assert store.sizes == [10, 1000, 1000, 490]  # one commit for each, at most ``most``
     assert written == list(range(2500))  # each acknowledged once, in order, once written
     assert store.count() == 2500
@@ -256,7 +256,7 @@ class _Answers:
         self.answers += messages
 
 
-def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path) -> None:
+async def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path) -> None:
     """The requester's broker puts its history grant's bound in the request (``not_before``);
     the database applies it whatever the window asks for."""
     from historic.node import DatabaseNode
@@ -267,12 +267,12 @@ def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path
     client = _Answers()
     node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
 
-    def answered(window: TimeWindow | None, not_before: datetime | None) -> list[str]:
+    async def answered(window: TimeWindow | None, not_before: datetime | None) -> list[str]:
         flt = Filter((Predicate("class", Op.EQ, "Order"),), window)
         bound = None if not_before is None else not_before.timestamp()
         request = ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0, bound)
         client.answers.clear()
-        asyncio.run(node.replies.answer(request))
+        await node.replies.answer(request)
         end = client.answers[-1]
         assert isinstance(end, ReplayEnd) and not end.error
         ids = [p.id for b in client.answers if isinstance(b, ReplayBatch) for p in b.publications]
@@ -280,14 +280,14 @@ def test_a_database_answers_nothing_older_than_the_requests_bound(tmp_path: Path
         return ids
 
     everything = TimeWindow(None, datetime(2027, 1, 1, tzinfo=UTC))
-    assert answered(everything, None) == [f"o{d}" for d in range(1, 11)]
-    assert answered(everything, days[6]) == ["o7", "o8", "o9", "o10"]
-    assert answered(TimeWindow(days[8], None), days[6]) == ["o9", "o10"]
-    assert answered(TimeWindow(days[0], days[5]), days[6]) == []
+    assert await answered(everything, None) == [f"o{d}" for d in range(1, 11)]
+    assert await answered(everything, days[6]) == ["o7", "o8", "o9", "o10"]
+    assert await answered(TimeWindow(days[8], None), days[6]) == ["o9", "o10"]
+    assert await answered(TimeWindow(days[0], days[5]), days[6]) == []
     store.close()
 
 
-def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> None:
+async def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> None:
     """Not only the store's own errors: whatever a replay raises ends it, so the requester is
     not left waiting for the broker's timeout."""
     from historic.node import DatabaseNode
@@ -300,14 +300,14 @@ def test_a_replay_that_fails_for_any_reason_ends_saying_why(tmp_path: Path) -> N
     client = _Answers()
     node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
     flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
-    asyncio.run(node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    await node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0))
     [end] = client.answers
     assert isinstance(end, ReplayEnd) and end.count == 0
     assert end.error == "query failed: ValueError: a row that cannot be read"
     store.close()
 
 
-def test_a_replay_whose_connection_is_lost_is_abandoned_quietly(
+async def test_a_replay_whose_connection_is_lost_is_abandoned_quietly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A lost connection is no bug of the replay: it is abandoned with a warning (the requester
@@ -328,7 +328,7 @@ def test_a_replay_whose_connection_is_lost_is_abandoned_quietly(
     client = Dropping()
     node = DatabaseNode("DB1", client, store)  # type: ignore[arg-type]
     flt = Filter((Predicate("class", Op.EQ, "Order"),), TimeWindow(None, datetime.now(UTC)))
-    asyncio.run(node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0)))
+    await node.replies.answer(ReplayRequest(Subscription("r", flt), "t", "DB1@B1", 0.0))
     assert [type(m) for m in client.answers] == [ReplayBatch]  # nothing after the loss
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert any("abandoned" in r.getMessage() for r in caplog.records)

@@ -57,18 +57,14 @@ def _ids(got: list[Delivery]) -> list[str]:
     return [d.publication.id for d in got if isinstance(d, Notify)]
 
 
-def test_hybrid_and_historic_subscriptions_with_publishers_running(
+async def test_hybrid_and_historic_subscriptions_with_publishers_running(
     triangle: dict[str, str],
 ) -> None:
-    asyncio.run(_hybrid(triangle))
-
-
-async def _hybrid(urls: dict[str, str]) -> None:
     start = datetime.now(UTC) - timedelta(seconds=1)
     async with (
-        Client(urls["A"], "shop") as shop,
-        Client(urls["C"], "manager") as manager,
-        Client(urls["B"], "other") as other,
+        Client(triangle["A"], "shop") as shop,
+        Client(triangle["C"], "manager") as manager,
+        Client(triangle["B"], "other") as other,
     ):
         await _offers_reach(manager, 2)
         await shop.advertise(ORDERS)
@@ -130,7 +126,7 @@ async def _hybrid(urls: dict[str, str]) -> None:
             "sub",
             f"{ORDERS},[item,eq,'shoes'],{window}",
             "--broker",
-            urls["B"],
+            triangle["B"],
             "--json",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

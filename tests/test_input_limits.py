@@ -319,7 +319,7 @@ def test_the_largest_requests_cost_little() -> None:
 # -- the runtime ---------------------------------------------------------------------------------
 
 
-def test_a_broker_refuses_oversized_requests_and_keeps_the_connection(
+async def test_a_broker_refuses_oversized_requests_and_keeps_the_connection(
     brokers: dict[str, BrokerProcess],
 ) -> None:
     proc = BrokerProcess(
@@ -329,31 +329,28 @@ def test_a_broker_refuses_oversized_requests_and_keeps_the_connection(
     brokers["B1"] = proc
     url = proc.start()
 
-    async def run() -> None:
-        async with connect(url, max_size=None) as raw:
-            await raw.send(orjson.dumps({"type": "hello", "name": "raw"}))
-            assert orjson.loads(await raw.recv())[0]["type"] == "welcome"
-            await raw.send(orjson.dumps([{"type": "query", "what": "subscriptions"}] * 101))
-            text = orjson.loads(await raw.recv())[0]["text"]
-            assert "101 messages; the limit is 100" in text
-            await raw.send(orjson.dumps([{"type": "query", "what": "subscriptions"}] * 30))
-            replies: list[dict[str, str]] = []
-            while len(replies) < 30:  # in one frame or several
-                replies += orjson.loads(await raw.recv())
-            refused = [m for m in replies if m["type"] == "error"]
-            assert refused and "queries a second" in refused[0]["text"]
-            assert refused[0]["ref"] == "?subscriptions"
-            await raw.send(orjson.dumps({"type": "hello", "name": "x\u202e"}))
-            assert "visible characters" in orjson.loads(await raw.recv())[0]["text"]
-        async with Client(url, "c") as client:
-            for i in range(3):
-                await client.subscribe("[class,eq,'T']", id=f"s{i}")
-            with pytest.raises(RequestFailed, match="limit per client is 3"):
-                await client.subscribe("[class,eq,'T']", id="s3")
-            await client.unsubscribe("s0")
+    async with connect(url, max_size=None) as raw:
+        await raw.send(orjson.dumps({"type": "hello", "name": "raw"}))
+        assert orjson.loads(await raw.recv())[0]["type"] == "welcome"
+        await raw.send(orjson.dumps([{"type": "query", "what": "subscriptions"}] * 101))
+        text = orjson.loads(await raw.recv())[0]["text"]
+        assert "101 messages; the limit is 100" in text
+        await raw.send(orjson.dumps([{"type": "query", "what": "subscriptions"}] * 30))
+        replies: list[dict[str, str]] = []
+        while len(replies) < 30:  # in one frame or several
+            replies += orjson.loads(await raw.recv())
+        refused = [m for m in replies if m["type"] == "error"]
+        assert refused and "queries a second" in refused[0]["text"]
+        assert refused[0]["ref"] == "?subscriptions"
+        await raw.send(orjson.dumps({"type": "hello", "name": "x\u202e"}))
+        assert "visible characters" in orjson.loads(await raw.recv())[0]["text"]
+    async with Client(url, "c") as client:
+        for i in range(3):
+            await client.subscribe("[class,eq,'T']", id=f"s{i}")
+        with pytest.raises(RequestFailed, match="limit per client is 3"):
             await client.subscribe("[class,eq,'T']", id="s3")
-
-    asyncio.run(run())
+        await client.unsubscribe("s0")
+        await client.subscribe("[class,eq,'T']", id="s3")
     assert proc.alive
 
 
@@ -395,10 +392,7 @@ async def test_a_long_frame_is_handled_in_slices_with_others_served_between(
     async def send(data: bytes) -> None:
         replies.append(data)
 
-    async def close(code: int, reason: str) -> None:
-        return None
-
-    hop = node.attach(send, close)
+    hop = node.attach(send, lambda reason: None)
     node.submit(hop, [Hello("c")])
     frame = orjson.dumps(
         [
@@ -427,7 +421,7 @@ async def test_a_long_frame_is_handled_in_slices_with_others_served_between(
     assert oks == [f"a{i}" for i in range(3000)]
 
 
-def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(
+async def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(
     brokers: dict[str, BrokerProcess],
 ) -> None:
     """Only the neighbours a broker dials itself are spared the checks of the language."""
@@ -443,19 +437,16 @@ def test_a_connection_that_says_it_is_a_broker_has_its_publications_checked(
         },
     }
 
-    async def run() -> None:
-        async with connect(url) as raw:
-            await raw.send(orjson.dumps({"type": "hello", "name": "B9", "role": "broker"}))
-            assert orjson.loads(await raw.recv())[0]["type"] == "hello"  # a link now
-            await raw.send(orjson.dumps([bad]))
-            while True:  # past what the broker sends a new neighbour
-                replies = orjson.loads(await raw.recv())
-                errors = [m["text"] for m in replies if m["type"] == "error"]
-                if errors:
-                    break
-            assert "'time' is the publication's timestamp" in errors[0]
-
-    asyncio.run(run())
+    async with connect(url) as raw:
+        await raw.send(orjson.dumps({"type": "hello", "name": "B9", "role": "broker"}))
+        assert orjson.loads(await raw.recv())[0]["type"] == "hello"  # a link now
+        await raw.send(orjson.dumps([bad]))
+        while True:  # past what the broker sends a new neighbour
+            replies = orjson.loads(await raw.recv())
+            errors = [m["text"] for m in replies if m["type"] == "error"]
+            if errors:
+                break
+        assert "'time' is the publication's timestamp" in errors[0]
     assert brokers["B1"].alive
 
 

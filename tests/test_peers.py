@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from historic.bench import peers
@@ -16,7 +14,7 @@ from padres.matching.matcher import matches
 pytestmark = pytest.mark.skipif(peers.nats_missing() is not None, reason=str(peers.nats_missing()))
 
 
-def test_nats_subscribers_matching_in_python_get_every_expected_delivery() -> None:
+async def test_nats_subscribers_matching_in_python_get_every_expected_delivery() -> None:
     quotes = stock_publications(SAMPLE)
     subs = list(stock_subscriptions(300, quotes, seed=1))
     shares = [subs[i::3] for i in range(3)]
@@ -24,16 +22,16 @@ def test_nats_subscribers_matching_in_python_get_every_expected_delivery() -> No
     assert work.expected > 0 and work.expected_paced > 0
     with peers.NatsCluster(3) as cluster:
         # measure() raises unless exactly the expected deliveries arrive, counted once each
-        figures = asyncio.run(peers._nats_live(cluster.urls, shares, work))
+        figures = await peers._nats_live(cluster.urls, shares, work)
     assert figures["publications_per_second"] > 0
     assert figures["latency_samples"] == work.expected_paced
 
 
-def test_a_jetstream_reader_finds_what_the_reference_matcher_finds() -> None:
+async def test_a_jetstream_reader_finds_what_the_reference_matcher_finds() -> None:
     pubs = publications(5_000, SAMPLE)
     flt, since, until = selection(pubs)
     expected = sum(1 for p in pubs if since <= p.timestamp < until and matches(flt, p))
     assert expected > 0
     with peers.NatsCluster(1, jetstream=True) as cluster:
-        figures = asyncio.run(peers._jetstream(cluster.urls[0], pubs, 1))
+        figures = await peers._jetstream(cluster.urls[0], pubs, 1)
     assert figures["query_rows"] == expected

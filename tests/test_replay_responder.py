@@ -4,7 +4,6 @@ with its error."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,7 +52,7 @@ def _request() -> ReplayRequest:
     return ReplayRequest(sub, "t1", "DB1@B1", ready_at=0.0)
 
 
-def test_a_store_and_an_archive_of_one_client_answer_once_in_time_order() -> None:
+async def test_a_store_and_an_archive_of_one_client_answer_once_in_time_order() -> None:
     client = _Client()
     store = _Source("store", [_pub(n) for n in (2, 4, 5, 9)])
     archive = _Source("archive", [_pub(n) for n in (1, 3, 4, 8)])  # p4 in both
@@ -61,7 +60,7 @@ def test_a_store_and_an_archive_of_one_client_answer_once_in_time_order() -> Non
     first.add(store)
     assert responder(client, "ignored") is first  # the nodes of one client share it
     first.add(archive)
-    asyncio.run(first.answer(_request()))
+    await first.answer(_request())
     batches = [m for m in client.sent if isinstance(m, ReplayBatch)]
     assert [len(b.publications) for b in batches] == [3, 3, 1]
     ids = [p.id for b in batches for p in b.publications]
@@ -70,11 +69,11 @@ def test_a_store_and_an_archive_of_one_client_answer_once_in_time_order() -> Non
     assert store.readied == archive.readied == 1 and first.replayed == 7
 
 
-def test_a_failing_source_ends_the_answer_with_its_error() -> None:
+async def test_a_failing_source_ends_the_answer_with_its_error() -> None:
     client = _Client()
     replies = ReplayResponder(client, "DB2")
     replies.add(_Source("archive", [], fail=True))
-    asyncio.run(replies.answer(_request()))
+    await replies.answer(_request())
     (end,) = client.sent
     assert isinstance(end, ReplayEnd) and end.count == 0
     assert "archive is unreadable" in end.error

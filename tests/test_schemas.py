@@ -3,7 +3,6 @@ edge; untyped classes as before."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import subprocess
@@ -720,7 +719,7 @@ async def _refused_at(url: str) -> None:
         assert errors[0].ref == "p1" and "attribute 'symbol'" in errors[0].text
 
 
-def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
+async def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
     brokers: dict[str, BrokerProcess], tmp_path: Path
 ) -> None:
     options = ["--heartbeat", "1", "--data", str(tmp_path / "B1")]
@@ -734,32 +733,29 @@ def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
     assert done.returncode == 0, done.stderr
     assert done.stdout == "'STOCK' v1: price:float symbol:string\n"
 
-    async def widen_it() -> None:
-        async with Client(b1, "admin") as client:
-            await client.declare_schema("STOCK", {"symbol": "string", "price": "float"})
-            await client.declare_schema(
-                "STOCK", "symbol:string price:float volume:integer? exchange:string?"
-            )
-            with pytest.raises(RequestFailed, match="attribute 'exchange' cannot be dropped"):
-                await client.declare_schema("STOCK", {"symbol": "string", "price": "integer"})
-            assert len(await client.query("schemas")) == 1
-
-    asyncio.run(widen_it())
-    asyncio.run(_refused_at(b2))
+    async with Client(b1, "admin") as client:
+        await client.declare_schema("STOCK", {"symbol": "string", "price": "float"})
+        await client.declare_schema(
+            "STOCK", "symbol:string price:float volume:integer? exchange:string?"
+        )
+        with pytest.raises(RequestFailed, match="attribute 'exchange' cannot be dropped"):
+            await client.declare_schema("STOCK", {"symbol": "string", "price": "integer"})
+        assert len(await client.query("schemas")) == 1
+    await _refused_at(b2)
     refused = _padres("schema", "declare", "--broker", b2, "Other", "x:integer")
     assert refused.returncode != 0 and "holds 1 schemas, the limit is 1" in refused.stderr
 
     brokers["B2"].stop()  # B1 comes back alone: what it knows is in its journal
     brokers["B1"].kill()
     brokers["B1"].start()  # on the same port
-    asyncio.run(_refused_at(b1))
+    await _refused_at(b1)
     listed = _padres("schema", "list", "--broker", b1)
     row = "'STOCK' v2: exchange:string? price:float symbol:string volume:integer?"
     assert listed.returncode == 0 and listed.stdout == f"{row}\n"
 
     brokers["B3"] = BrokerProcess("B3", neighbours=[b1], options=["--heartbeat", "1"])
     b3 = brokers["B3"].start()  # joins later: learns the schema from B1
-    asyncio.run(_refused_at(b3))
+    await _refused_at(b3)
 
     dropped = _padres("schema", "drop", "--broker", b3, "STOCK")
     assert dropped.returncode == 0 and dropped.stdout == "'STOCK': untyped\n", dropped.stderr
@@ -767,37 +763,34 @@ def test_brokers_enforce_a_schema_declared_by_the_command_and_the_client(
     assert listed.returncode == 0 and listed.stdout == ""
 
 
-def test_a_subscription_a_schema_refuses_after_a_reconnect_ends_and_the_rest_goes_on(
+async def test_a_subscription_a_schema_refuses_after_a_reconnect_ends_and_the_rest_goes_on(
     brokers: dict[str, BrokerProcess], caplog: pytest.LogCaptureFixture
 ) -> None:
     brokers["A"] = BrokerProcess("A")
     url = brokers["A"].start()
 
-    async def run() -> None:
-        errors: list[Error] = []
-        async with (
-            Client(url, "viewer", reconnect=True, on_error=errors.append) as viewer,
-            Client(url, "admin") as admin,
-        ):
-            doomed = await viewer.subscribe("[class,eq,'STOCK'],[volume,str-prefix,'1']")
-            called = await viewer.subscribe("[class,eq,'STOCK'],[symbol,>,5]", lambda _: None)
-            kept = await viewer.subscribe("[class,eq,'Other']")
-            await viewer.advertise("[class,eq,'Other']")
-            await admin.declare_schema("STOCK", "symbol:string volume:integer")
-            assert viewer._ws is not None
-            await viewer._ws.close()  # a lost connection: the client dials again
-            await eventually(lambda: viewer.state is ClientState.OPEN and len(errors) == 1)
-            with pytest.raises(RequestFailed, match="expected integer, found string"):
-                async for _ in doomed:
-                    pass
-            assert doomed.error is not None and doomed.error.ref == doomed.id
-            assert errors[0].ref == called.id and "expected string, found number" in errors[0].text
-            await viewer.publish({"class": "Other", "x": 1})
-            note = await kept.get(timeout=5)
-            assert isinstance(note, Notify) and note.publication.attributes["x"] == 1
-            assert sorted(viewer._made) == [("a", "a1"), ("s", kept.id)]
-
     caplog.set_level(logging.WARNING, logger="padres.client.connection")
-    asyncio.run(run())
+    errors: list[Error] = []
+    async with (
+        Client(url, "viewer", reconnect=True, on_error=errors.append) as viewer,
+        Client(url, "admin") as admin,
+    ):
+        doomed = await viewer.subscribe("[class,eq,'STOCK'],[volume,str-prefix,'1']")
+        called = await viewer.subscribe("[class,eq,'STOCK'],[symbol,>,5]", lambda _: None)
+        kept = await viewer.subscribe("[class,eq,'Other']")
+        await viewer.advertise("[class,eq,'Other']")
+        await admin.declare_schema("STOCK", "symbol:string volume:integer")
+        assert viewer.transport is not None
+        await viewer.transport.close()  # a lost connection: the client dials again
+        await eventually(lambda: viewer.state is ClientState.OPEN and len(errors) == 1)
+        with pytest.raises(RequestFailed, match="expected integer, found string"):
+            async for _ in doomed:
+                pass
+        assert doomed.error is not None and doomed.error.ref == doomed.id
+        assert errors[0].ref == called.id and "expected string, found number" in errors[0].text
+        await viewer.publish({"class": "Other", "x": 1})
+        note = await kept.get(timeout=5)
+        assert isinstance(note, Notify) and note.publication.attributes["x"] == 1
+        assert sorted(viewer._made) == [("a", "a1"), ("s", kept.id)]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("subscription s1 not made again" in text for text in warned)

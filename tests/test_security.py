@@ -723,7 +723,7 @@ def _broker(
     return BrokerProcess(broker_id, neighbours=neighbours, options=options, log=log)
 
 
-def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> None:
+async def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> None:
     acc = _accounts(tmp_path / "accounts.toml")
     with (tmp_path / "B1.log").open("wb") as log:
         b1 = _broker(acc, "B1", log=log)
@@ -735,7 +735,7 @@ def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> Non
             url2 = b2.start()
             intruder.neighbours = [url1]  # no credentials of its own
             url3 = intruder.start()
-            asyncio.run(_converse(acc, url1, url2))
+            await _converse(acc, url1, url2)
             assert health(url1, ADMIN)["neighbours"] == ["B2"]
             assert health(url3, ADMIN)["neighbours"] == []
         finally:
@@ -746,7 +746,7 @@ def test_real_brokers_authenticate_clients_and_each_other(tmp_path: Path) -> Non
     assert "a broker link must give a user and password, or a token" in logged
 
 
-def test_passwords_are_checked_off_the_event_loop(tmp_path: Path) -> None:
+async def test_passwords_are_checked_off_the_event_loop(tmp_path: Path) -> None:
     checked: list[threading.Thread] = []
 
     class Recording(PasswordHasher):
@@ -761,25 +761,19 @@ def test_passwords_are_checked_off_the_event_loop(tmp_path: Path) -> None:
     )
     acc.add("eve", "eve-pw")
 
-    async def main() -> list[bytes]:
-        node = BrokerNode(Broker("B1", accounts=acc))
-        sent: list[bytes] = []
+    node = BrokerNode(Broker("B1", accounts=acc))
+    sent: list[bytes] = []
 
-        async def send(data: bytes) -> None:
-            sent.append(data)
+    async def send(data: bytes) -> None:
+        sent.append(data)
 
-        async def close(code: int, reason: str) -> None:
-            return None
-
-        hop = node.attach(send, close)
-        hello = _login("eve").hello("eve")
-        await node.verify(hello)
-        node.submit(hop, [hello])  # the core checks again: the verdict is remembered
-        await eventually(lambda: bool(sent))
-        await node.detach(hop)
-        return sent
-
-    (frame,) = asyncio.run(main())
+    hop = node.attach(send, lambda reason: None)
+    hello = _login("eve").hello("eve")
+    await node.verify(hello)
+    node.submit(hop, [hello])  # the core checks again: the verdict is remembered
+    await eventually(lambda: bool(sent))
+    await node.detach(hop)
+    (frame,) = sent
     assert b'"welcome"' in frame
     assert len(checked) == 1 and checked[0] is not threading.main_thread()
 
@@ -899,7 +893,7 @@ def test_a_broker_without_accounts_beyond_loopback_warns(tmp_path: Path) -> None
     assert "SECURITY WARNING: listening on 0.0.0.0 without an accounts file" in logged
 
 
-def test_a_secured_database_stores_and_replays_to_those_granted_only(
+async def test_a_secured_database_stores_and_replays_to_those_granted_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     acc = _accounts(tmp_path / "accounts.toml")
@@ -912,7 +906,7 @@ def test_a_secured_database_stores_and_replays_to_those_granted_only(
             env.setenv("PADRES_PASSWORD", "DB1-pw")
             db = DatabaseProcess("DB1", url, f"sqlite:///{tmp_path}/DB1.sqlite", stores=[ORDERS])
             db.start()
-        asyncio.run(_history(url))
+        await _history(url)
     finally:
         if db is not None:
             db.stop()
@@ -1020,7 +1014,7 @@ def test_secrets_stay_out_of_reprs() -> None:
     assert "secret" not in repr(Credentials(token="ptk_1_secret").hello("eve"))
 
 
-def test_disjoint_grants_hold_in_a_cyclic_overlay_with_two_databases(
+async def test_disjoint_grants_hold_in_a_cyclic_overlay_with_two_databases(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """B1, B2 and B3 all linked to each other, a database at B2 and one at B3 storing every
@@ -1048,8 +1042,8 @@ def test_disjoint_grants_hold_in_a_cyclic_overlay_with_two_databases(
         deadline = time.monotonic() + 15
         while len(health(urls[0], ADMIN)["neighbours"]) < 2:
             assert time.monotonic() < deadline, "B1 did not link to B2 and B3"
-            time.sleep(0.1)
-        asyncio.run(_two_regions(urls))
+            await asyncio.sleep(0.1)
+        await _two_regions(urls)
 
 
 async def _two_regions(urls: list[str]) -> None:

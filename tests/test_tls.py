@@ -79,23 +79,19 @@ def _collect() -> tuple[list[str], Callable[[Delivery], None]]:
     return got, take
 
 
-def test_clients_and_links_speak_tls_and_the_web_api_serves_https(
+async def test_clients_and_links_speak_tls_and_the_web_api_serves_https(
     brokers: dict[str, BrokerProcess], certs: dict[str, Path]
 ) -> None:
     b1 = _tls_broker(brokers, "B1", certs["cert"], certs["key"])
     assert b1.startswith("wss://")
     b2 = _tls_broker(brokers, "B2", certs["cert"], certs["key"], [b1], ca=certs["cert"])
     ca = str(certs["cert"])
-
-    async def run() -> None:
-        got, take = _collect()
-        async with Client(b2, "sub", tls_ca=ca) as sub, Client(b1, "pub", tls_ca=ca) as pub:
-            await pub.advertise("[class,eq,'T']")
-            await sub.subscribe("[class,eq,'T']", take)
-            await pub.publish("[class,'T'],[x,1]", id="p1")
-            await eventually(lambda: got == ["p1"])
-
-    asyncio.run(run())
+    got, take = _collect()
+    async with Client(b2, "sub", tls_ca=ca) as sub, Client(b1, "pub", tls_ca=ca) as pub:
+        await pub.advertise("[class,eq,'T']")
+        await sub.subscribe("[class,eq,'T']", take)
+        await pub.publish("[class,'T'],[x,1]", id="p1")
+        await eventually(lambda: got == ["p1"])
     https = b1.replace("wss://", "https://").removesuffix("/ws")
     health = httpx.get(f"{https}/health", verify=client_context(ca), timeout=10).json()
     assert health["broker"] == "B1" and health["neighbours"] == ["B2"]
@@ -119,7 +115,7 @@ async def test_a_certificate_that_does_not_verify_is_refused(
         await Client(url.replace("wss://", "ws://"), "c", timeout=3).connect()
 
 
-def test_a_link_to_a_neighbour_whose_certificate_does_not_verify_is_not_made(
+async def test_a_link_to_a_neighbour_whose_certificate_does_not_verify_is_not_made(
     brokers: dict[str, BrokerProcess], certs: dict[str, Path]
 ) -> None:
     b1 = _tls_broker(brokers, "B1", certs["cert"], certs["key"])
@@ -131,12 +127,9 @@ def test_a_link_to_a_neighbour_whose_certificate_does_not_verify_is_not_made(
     def neighbours() -> list[str]:
         return list(httpx.get(f"{https}/health", verify=verify, timeout=10).json()["neighbours"])
 
-    async def linked() -> None:
-        await eventually(lambda: neighbours() == ["B3"])
-        await asyncio.sleep(2)  # B2 keeps dialling, and keeps being refused
-        assert neighbours() == ["B3"]
-
-    asyncio.run(linked())
+    await eventually(lambda: neighbours() == ["B3"])
+    await asyncio.sleep(2)  # B2 keeps dialling, and keeps being refused
+    assert neighbours() == ["B3"]
     assert b2.startswith("wss://")
 
 

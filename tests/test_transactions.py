@@ -242,10 +242,12 @@ async def test_a_publisher_back_within_the_linger_goes_on_with_its_transaction(
         await shop.advertise("[class,eq,'Resumed'],[n,isPresent,0]")
         async with shop.transaction() as tx:
             await tx.publish({"class": "Resumed", "n": 1})
-            dropped = shop._ws
+            dropped = shop.transport
             assert dropped is not None
             await dropped.close()  # the connection drops; the client dials again
-            await eventually(lambda: shop._ws is not dropped and shop.state is ClientState.OPEN)
+            await eventually(
+                lambda: shop.transport is not dropped and shop.state is ClientState.OPEN
+            )
             await tx.publish({"class": "Resumed", "n": 2})
         on_commit = inboxes[Visibility.ON_COMMIT]
         await eventually(lambda: len(on_commit.got) == 2)

@@ -9,16 +9,16 @@ from typing import Any, Final, Literal
 
 from fastapi import APIRouter, Query
 
+from padres.errors import ConnectionLost, RequestFailed
 from padres.language.parser import parse_filter
-from padres.model.messages import Publication, Subscription
+from padres.model.messages import Publication
 from padres.model.printer import format_filter
 from padres.model.protocol import Notify
 from web.bodies import StoreBody
-from web.clients import Clients, ask, open_session
+from web.clients import Clients, connect
 from web.inputs import advertisement_from, filter_from
 from web.pages import token, untoken
 from web.problems import Problem
-from web.session import SessionClosed
 
 __all__ = ["CONTROL_TIMEOUT", "broker_info", "databases", "router"]
 
@@ -90,8 +90,8 @@ def router(clients: Clients) -> APIRouter:
         page_token: str | None = Query(None),
     ) -> dict[str, Any]:
         """A routing table of this broker, searchable, a page at a time."""
-        session = await clients.publisher("web")
-        rows = list(await session.query(TABLES[table]))
+        asking = await clients.publisher("web")
+        rows = list(await asking.query(TABLES[table]))
         if search:
             rows = [r for r in rows if search.lower() in r.lower()]
         offset = 0
@@ -129,11 +129,11 @@ def router(clients: Clients) -> APIRouter:
                 await clients.advertise("web", adv)
                 advertised.add("control")
         rid = clients.new_id("r")
-        listener = await open_session(clients.node, f"web-{rid}", reader=True)
+        listener = await connect(clients.node, f"web-{rid}")
         try:
             status = parse_filter(f"[class,eq,'DB_STATUS'],[request,eq,'{rid}']")
-            await ask(listener, rid, Subscription(rid, status))
-            publisher.send(
+            answers = await listener.subscribe(status, id=rid)
+            await publisher.publish(
                 Publication(
                     rid,
                     {
@@ -149,7 +149,7 @@ def router(clients: Clients) -> APIRouter:
             )
             started = time.monotonic()
             async with asyncio.timeout(CONTROL_TIMEOUT):
-                async for message in listener.deliveries():
+                async for message in answers:
                     if isinstance(message, Notify):
                         attrs = message.publication.attributes
                         return {
@@ -160,7 +160,9 @@ def router(clients: Clients) -> APIRouter:
                             "specs": str(attrs.get("specs", "")).splitlines(),
                             "took": round(time.monotonic() - started, 6),
                         }
-        except (TimeoutError, SessionClosed):
+        except RequestFailed as exc:
+            raise Problem(409, "refused by the broker", exc.text) from None
+        except (TimeoutError, ConnectionLost):
             pass
         finally:
             await listener.close()

@@ -1,14 +1,19 @@
 """The web API's clients of the broker: publishers and the subscriptions made over REST.
 
-A *publisher* is a named session (``?client=NAME``, default ``web``) kept while the broker
+Each is a ``Client`` attached to the broker node in this process (``Client.attached``), as the
+caller's account: the API goes through the client and the broker's checks as any program does.
+
+A *publisher* is a named client (``?client=NAME``, default ``web``) kept while the broker
 runs; its advertisements and publications are its own, as a WebSocket client's are.
 
-A REST *subscription* is a session of its own (``web-<id>``), so that its deliveries queue and
-are bounded like any client's: read by one stream at a time (SSE or WebSocket), and evicted if
-the reader falls too far behind. A *durable* REST subscription lives at the broker: its session
-is open only while a stream reads it, and a stream that comes back resumes after the last
-delivery it took (``Last-Event-ID``). Durable REST subscriptions outlast a restart of a broker
-that keeps its journal on disk (``--data``): they are listed again, and read as before.
+A REST *subscription* is a client of its own (``web-<id>``), so that its deliveries queue and
+are bounded like any client's: read by one stream at a time (SSE or WebSocket). Its client
+holds ``READ_AHEAD`` deliveries at most and then reads nothing more from the broker, so a
+reader that falls too far behind fills its queue at the broker and is evicted. A *durable*
+REST subscription lives at the broker: its client is open only while a stream reads it, and a
+stream that comes back resumes after the last delivery it took (``Last-Event-ID``). Durable
+REST subscriptions outlast a restart of a broker that keeps its journal on disk (``--data``):
+they are listed again, and read as before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
-from padres.errors import InvalidMessage, SchemaViolation
+from padres.broker.durable import WINDOW, WINDOW_BYTES
+from padres.client.connection import Client, ClientState, SubscriptionHandle
+from padres.client.transport import AttachedTransport
+from padres.errors import (
+    AuthenticationError,
+    ConnectionLost,
+    InvalidMessage,
+    RequestFailed,
+    SchemaViolation,
+)
 from padres.model.classes import SCHEMA_CLASS, check_publication
 from padres.model.messages import (
     Advertisement,
@@ -34,18 +48,43 @@ from padres.model.messages import (
     Unsubscribe,
     check_id,
 )
-from padres.model.protocol import Ack, Durable, Envelope, Guaranteed, Notify, Ok
+from padres.model.protocol import (
+    CompositeNotify,
+    Durable,
+    Envelope,
+    Guaranteed,
+    Notify,
+    Ok,
+    ReplayDone,
+)
+from padres.model.requests import reference
 from padres.runtime.node import BrokerNode
 from web.auth import Caller
 from web.problems import Problem
-from web.session import LocalSession, Refused, SessionClosed
 
-__all__ = ["Clients", "RestAdvertisement", "RestSubscription", "ask", "open_session"]
+__all__ = [
+    "READ_AHEAD",
+    "Clients",
+    "RestAdvertisement",
+    "RestSubscription",
+    "SubscriptionEnded",
+    "ask",
+    "connect",
+]
 
 _ANYONE: Final = Caller()
 """The caller when the broker has no accounts (and the broker's own requests)."""
 ENDED_REMEMBERED: Final = 1000
 """How many ended subscriptions are remembered, to say why they ended."""
+REPLY_TIMEOUT: Final = 30.0
+"""Seconds a request waits for the broker's reply."""
+READ_AHEAD: Final = (256, 256 << 10)
+"""Deliveries, and bytes of them, a REST subscription's client holds for its reader."""
+
+
+class SubscriptionEnded(Exception):
+    """A REST subscription's client is gone (unsubscribed, or evicted for reading too
+    slowly): what its stream says last."""
 
 
 @dataclass
@@ -61,7 +100,10 @@ class RestSubscription:
     kind: Literal["subscription", "composite"]
     message: Subscription | CompositeSubscription
     durable: bool
-    session: LocalSession | None = None
+    client: Client | None = None
+    """Its client, while it has one (a plain subscription's always, a durable one's while a
+    stream reads it)."""
+    handle: SubscriptionHandle | None = None
     reading: bool = False
     """Whether a stream reads it now (one at a time)."""
     delivered: int = field(default=0)
@@ -80,7 +122,8 @@ class Clients:
 
     def __init__(self, node: BrokerNode) -> None:
         self.node = node
-        self.publishers: dict[str, LocalSession] = {}
+        self.publishers: dict[str, tuple[Client, str]] = {}
+        """Publisher name -> its client, and the account it was opened as ("" for none)."""
         self.advertisements: dict[str, RestAdvertisement] = {}
         self.subscriptions: dict[str, RestSubscription] = {}
         self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -106,21 +149,22 @@ class Clients:
 
     # -- publishers --------------------------------------------------------------------------
 
-    async def publisher(self, name: str, caller: Caller = _ANYONE) -> LocalSession:
-        """The session of publisher ``name``, opened the first time it is asked for, as the
+    async def publisher(self, name: str, caller: Caller = _ANYONE) -> Client:
+        """The client of publisher ``name``, opened the first time it is asked for, as the
         caller's account (whose grants then apply to it)."""
         try:
             check_id(name, "client name")
         except InvalidMessage as exc:
             raise Problem(400, "invalid client name", str(exc)) from None
+        owner = caller.name if caller.account is not None else ""
         async with self._opening:
-            session = self.publishers.get(name)
-            if session is None or session.closed is not None:
-                session = await open_session(self.node, name, reader=False, caller=caller)
-                self.publishers[name] = session
-            elif (session.account and session.account.name) != (caller.account and caller.name):
+            client, opened_as = self.publishers.get(name, (None, ""))
+            if client is None or client.state is ClientState.CLOSED:
+                client = await connect(self.node, name, caller)
+                self.publishers[name] = client, owner
+            elif opened_as != owner:
                 raise Problem(409, "in use", f"publisher {name!r} is in use by another user")
-            return session
+            return client
 
     def allowed(self, caller: Caller, *messages: Envelope) -> None:
         """A 403 naming the missing grant unless the caller's account may send ``messages``
@@ -148,29 +192,33 @@ class Clients:
         if any(p.class_name == SCHEMA_CLASS for p in publications):
             return await self._declare(client, publications, caller)
         self._typed(publications)
-        session = await self.publisher(client, caller)
+        publisher = await self.publisher(client, caller)
         publications = [
-            Publication(p.id, p.attributes, p.timestamp, session.session) for p in publications
+            Publication(p.id, p.attributes, p.timestamp, publisher.session) for p in publications
         ]
+        hop = _hop(publisher)
         strays = [
             {"where": f"publications[{i}]", "reason": f"publication {p.id} conforms to none"}
             for i, p in enumerate(publications)
-            if not self.node.broker.conforming(session.hop, p)
+            if not self.node.broker.conforming(hop, p)
         ]
         if strays:
             raise Problem(
                 409,
                 "not advertised",
                 f"{len(strays)} of the publications match none of the advertisements of "
-                f"{session.session}: advertise what you publish first "
+                f"{publisher.session}: advertise what you publish first "
                 "(POST /api/v1/advertisements); nothing was published",
                 errors=strays,
             )
         if not guaranteed:
-            session.send(*publications)
-            return session.session
-        await asyncio.gather(*(ask(session, p.id, Guaranteed(p)) for p in publications))
-        return session.session
+            try:
+                await publisher.publish_many(publications)
+            except ConnectionLost as exc:
+                raise Problem(409, "session ended", f"{publisher.session}: {exc}") from None
+            return publisher.session
+        await asyncio.gather(*(ask(publisher, Guaranteed(p)) for p in publications))
+        return publisher.session
 
     def _typed(self, publications: Sequence[Publication]) -> None:
         """A 422 listing every publication that breaks the schema of its class (the broker
@@ -215,17 +263,17 @@ class Clients:
                 "own; nothing was published",
                 errors=mixed,
             )
-        session = await self.publisher(client, caller)
+        publisher = await self.publisher(client, caller)
         for pub in publications:
-            await ask(session, pub.id, pub)
-        return session.session
+            await ask(publisher, pub)
+        return publisher.session
 
     async def advertise(
         self, client: str, adv: Advertisement, caller: Caller = _ANYONE
     ) -> tuple[str, ...]:
         self.allowed(caller, adv)
-        session = await self.publisher(client, caller)
-        incomplete = (await ask(session, adv.id, adv)).incomplete
+        publisher = await self.publisher(client, caller)
+        incomplete = (await ask(publisher, adv)).incomplete
         self.advertisements[adv.id] = RestAdvertisement(adv.id, client, adv)
         return incomplete
 
@@ -233,7 +281,7 @@ class Clients:
         found = self.advertisements.get(aid)
         if found is None:
             raise Problem(404, "no such advertisement", f"no advertisement {aid!r} here")
-        await ask(await self.publisher(found.client, caller), aid, Unadvertise(aid))
+        await ask(await self.publisher(found.client, caller), Unadvertise(aid))
         del self.advertisements[aid]
 
     # -- subscriptions -----------------------------------------------------------------------
@@ -249,26 +297,27 @@ class Clients:
             raise Problem(409, "too many subscriptions", f"{whose} {held:,}; the limit is {most:,}")
         sub.owner = caller.name
         if sub.durable:
-            async with self._durable_session(sub, caller, acked=0) as session:
-                ok = await ask(session, sub.id, Durable(_atomic(sub)))
+            async with self._durable_client(sub, caller) as client:
+                incomplete = (await ask(client, Durable(_atomic(sub)))).incomplete
         else:
-            session = await open_session(self.node, sub.session_name, reader=True, caller=caller)
-            sub.session = session
+            client = await connect(self.node, sub.session_name, caller)
             try:
-                ok = await ask(session, sub.id, sub.message)
-            except Problem:
-                await session.close()
+                sub.handle = await _made(client, sub)
+            except BaseException:
+                await client.close()
                 raise
+            sub.client = client
+            incomplete = sub.handle.incomplete
         self.subscriptions[sub.id] = sub
         self._ended.pop(sub.id, None)
-        return ok.incomplete
+        return incomplete
 
     def get(self, sid: str, caller: Caller = _ANYONE) -> RestSubscription:
         sub = self.subscriptions.get(sid)
         if sub is not None and not caller.owns(sub.owner):
             sub = None  # another user's: as if there were none
-        elif sub is not None and sub.session is not None and sub.session.closed is not None:
-            self._end(sid, sub.session.closed)  # evicted while its reader was stuck
+        elif sub is not None and sub.client is not None and sub.client.closed_reason:
+            self._end(sid, sub.client.closed_reason)  # evicted while its reader was stuck
         elif sub is not None:
             return sub
         owner, why = self._ended.get(sid, ("", ""))
@@ -280,61 +329,59 @@ class Clients:
     async def unsubscribe(self, sid: str, caller: Caller = _ANYONE) -> None:
         sub = self.get(sid, caller)
         if sub.durable:
-            async with self._durable_session(sub, caller, acked=0, attach=False) as session:
-                await ask(session, sid, Unsubscribe(sid))
-        elif sub.session is not None:
-            await sub.session.close()
+            async with self._durable_client(sub, caller) as client:
+                await ask(client, Unsubscribe(sid))
+        elif sub.client is not None:
+            await sub.client.close()
         self._end(sid, "unsubscribed")
 
     @asynccontextmanager
     async def stream(
         self, sid: str, last_id: int | None, caller: Caller = _ANYONE
     ) -> AsyncIterator[AsyncIterator[Envelope]]:
-        """The deliveries of subscription ``sid`` for one reader (a 409 if another reads it).
-        A durable subscription resumes after ``last_id`` and is acknowledged as it is read."""
+        """The deliveries of subscription ``sid`` for one reader (a 409 if another reads it),
+        with the ``replay_done`` of a hybrid one where it comes. A durable subscription resumes
+        after ``last_id`` and is acknowledged as it is read."""
         sub = self.get(sid, caller)
         if sub.reading:
             raise Problem(409, "already read", f"another stream reads subscription {sid!r}")
         sub.reading = True
         try:
             if sub.durable:
-                async with self._durable_session(sub, caller, acked=last_id or 0) as session:
-                    yield self._read(sub, session)
+                async with self._durable_client(sub, caller) as client:
+                    handle = await _resumed(client, sub, last_id or 0)
+                    yield self._read(sub, client, handle)
             else:
-                if sub.session is None:  # pragma: no cover - set when it was made
-                    raise Problem(404, "no such subscription", f"{sid!r} has no session")
-                yield self._read(sub, sub.session)
+                if sub.client is None or sub.handle is None:  # pragma: no cover - set when made
+                    raise Problem(404, "no such subscription", f"{sid!r} has no client")
+                yield self._read(sub, sub.client, sub.handle)
         finally:
             sub.reading = False
 
-    async def _read(self, sub: RestSubscription, session: LocalSession) -> AsyncIterator[Envelope]:
-        try:
-            async for message in session.deliveries():
-                sub.delivered += 1
-                yield message
-                if isinstance(message, Notify) and message.seq:
-                    session.send(Ack(sub.id, message.seq))
-        except SessionClosed as exc:
-            if not sub.durable:
-                self._end(sub.id, str(exc))
-            raise
+    async def _read(
+        self, sub: RestSubscription, client: Client, handle: SubscriptionHandle
+    ) -> AsyncIterator[Notify | CompositeNotify | ReplayDone]:
+        async for message in handle.events():
+            sub.delivered += 1
+            yield message
+            if isinstance(message, Notify) and message.seq:
+                handle.ack(message.seq)
+        why = client.closed_reason or "the subscription ended"
+        if not sub.durable:
+            self._end(sub.id, why)
+        raise SubscriptionEnded(why)
 
     @asynccontextmanager
-    async def _durable_session(
-        self, sub: RestSubscription, caller: Caller, *, acked: int, attach: bool = True
-    ) -> AsyncIterator[LocalSession]:
-        """A session as the durable subscription's owner, attached to it (resuming after
-        ``acked``) unless ``attach`` is false; closed afterwards."""
+    async def _durable_client(self, sub: RestSubscription, caller: Caller) -> AsyncIterator[Client]:
+        """A client as the durable subscription's owner, closed afterwards."""
         try:
-            session = await open_session(self.node, sub.session_name, reader=True, caller=caller)
+            client = await connect(self.node, sub.session_name, caller)
         except Problem as exc:
             raise Problem(409, "in use", f"durable subscription {sub.id!r}: {exc.detail}") from None
         try:
-            if attach and sub.id in self.subscriptions:
-                await ask(session, sub.id, Durable(_atomic(sub), acked))
-            yield session
+            yield client
         finally:
-            await session.close()
+            await client.close()
 
     def _end(self, sid: str, why: str) -> None:
         sub = self.subscriptions.pop(sid, None)
@@ -349,23 +396,68 @@ def _atomic(sub: RestSubscription) -> Subscription:
     return sub.message
 
 
-async def open_session(
-    node: BrokerNode, name: str, *, reader: bool, caller: Caller = _ANYONE
-) -> LocalSession:
-    """A session of the broker as ``caller``'s account (the broker's own when it has none)."""
+async def _made(client: Client, sub: RestSubscription) -> SubscriptionHandle:
+    """Make a plain REST subscription with ``client``; its failures as problems."""
     try:
-        return await LocalSession(node, name, reader=reader, account=caller.account).open()
-    except Refused as exc:
-        raise Problem(409, "session refused", exc.text) from None
+        if isinstance(sub.message, Subscription):
+            return await client.subscribe(sub.message.filter, id=sub.id, when_full="wait")
+        return await client.subscribe_composite(sub.message, when_full="wait")
+    except (RequestFailed, ConnectionLost, TimeoutError) as exc:
+        raise _problem(client, sub.id, exc) from None
 
 
-async def ask(session: LocalSession, ref: str, message: Envelope) -> Ok:
-    """``session.request``, its failures as problems."""
+async def _resumed(client: Client, sub: RestSubscription, acked: int) -> SubscriptionHandle:
+    """Resume durable subscription ``sub`` after delivery ``acked``; failures as problems."""
+    flt = _atomic(sub).filter
     try:
-        return await session.request(ref, message)
-    except Refused as exc:
-        raise Problem(409, "refused by the broker", exc.text) from None
-    except SessionClosed as exc:
-        raise Problem(409, "session ended", f"{session.session}: {exc}") from None
-    except TimeoutError:
-        raise Problem(504, "no answer", f"the broker did not answer {ref!r} in time") from None
+        return await client.subscribe(
+            flt,
+            durable=sub.id,
+            after=acked,
+            auto_ack=False,
+            max_pending=WINDOW,
+            max_pending_bytes=WINDOW_BYTES,
+        )
+    except (RequestFailed, ConnectionLost, TimeoutError) as exc:
+        raise _problem(client, sub.id, exc) from None
+
+
+async def connect(node: BrokerNode, name: str, caller: Caller = _ANYONE) -> Client:
+    """A client of the broker as ``caller``'s account (the broker's own when it has none)."""
+    client = Client.attached(
+        node,
+        name,
+        account=caller.account,
+        trusted=True,
+        timeout=REPLY_TIMEOUT,
+        max_pending=READ_AHEAD[0],
+        max_pending_bytes=READ_AHEAD[1],
+    )
+    try:
+        return await client.connect()
+    except (AuthenticationError, ConnectionLost) as exc:
+        raise Problem(409, "session refused", str(exc)) from None
+
+
+def _hop(client: Client) -> str:
+    """The node's name for an attached client's connection."""
+    transport = client.transport
+    assert isinstance(transport, AttachedTransport), "the web API's clients are attached"
+    return transport.hop
+
+
+async def ask(client: Client, message: Envelope) -> Ok:
+    """``client.request``, its failures as problems."""
+    try:
+        return await client.request(message)
+    except (RequestFailed, ConnectionLost, TimeoutError) as exc:
+        raise _problem(client, reference(message), exc) from None
+
+
+def _problem(client: Client, ref: str, exc: Exception) -> Problem:
+    """A request's failure, as the API says it."""
+    if isinstance(exc, RequestFailed):
+        return Problem(409, "refused by the broker", exc.text)
+    if isinstance(exc, ConnectionLost):
+        return Problem(409, "session ended", f"{client.session}: {exc}")
+    return Problem(504, "no answer", f"the broker did not answer {ref!r} in time")

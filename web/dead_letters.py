@@ -10,16 +10,16 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from padres.errors import ConnectionLost, RequestFailed
 from padres.model.codec import to_dict
 from padres.model.protocol import MAX_ENTRIES_NAMED, ExceptionAction, ExceptionReport, Exceptions
 from web.clients import Clients
 from web.problems import Problem
-from web.session import Refused, SessionClosed
 
 __all__ = ["SESSION", "router"]
 
 SESSION: Final = "web-exceptions"
-"""The name of the session the API asks the broker through."""
+"""The name of the client the API asks the broker through."""
 MOST: Final = 2**63 - 1
 """The largest entry id."""
 
@@ -49,16 +49,16 @@ def router(clients: Clients) -> APIRouter:
         after: int = 0,
         limit: int = 100,
     ) -> ExceptionReport:
-        session = await clients.publisher(SESSION)
+        asking = await clients.publisher(SESSION)
         request = Exceptions(
             f"x{next(refs)}", subscription, action, entries, client, after=after, limit=limit
         )
         try:
-            return await session.exceptions(request)
-        except Refused as exc:
+            return await asking.exception_page(request)
+        except RequestFailed as exc:
             status = 404 if exc.text.startswith("no entry") else 409
             raise Problem(status, "refused by the broker", exc.text) from None
-        except SessionClosed as exc:
+        except ConnectionLost as exc:
             raise Problem(409, "session ended", str(exc)) from None
         except TimeoutError:
             raise Problem(504, "no answer", "the broker did not answer in time") from None

@@ -1,8 +1,8 @@
 """``/api/v1/history``: a historic subscription through the overlay, its results paged with
 opaque tokens or streamed as NDJSON.
 
-The query runs as a session of its own with a subscription whose window lies in the past: the
-broker asks the databases whose offers overlap it, and their answers come back to this session
+The query runs as a client of its own with a subscription whose window lies in the past: the
+broker asks the databases whose offers overlap it, and their answers come back to this client
 alone (docs/historic.md). A paged query runs once; its rows are kept for ``KEPT`` seconds (at
 most ``RESULTS`` queries of at most ``MAX_ROWS`` rows) and read page by page with the token each
 page gives for the next. The NDJSON form streams the rows as they arrive, however many.
@@ -21,16 +21,16 @@ import orjson
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
+from padres.errors import ConnectionLost, RequestFailed
 from padres.model.codec import to_dict
 from padres.model.messages import Filter, Subscription
 from padres.model.printer import format_filter
-from padres.model.protocol import CompositeNotify, Envelope, Error, Notify, ReplayDone
+from padres.model.protocol import CompositeNotify, Envelope, Notify, ReplayDone
 from web.auth import Authenticator, Caller
-from web.clients import Clients
+from web.clients import Clients, connect
 from web.inputs import window_filter
 from web.pages import token, untoken
 from web.problems import Problem
-from web.session import LocalSession, Refused, SessionClosed
 
 __all__ = ["KEPT", "MAX_ROWS", "RESULTS", "router"]
 
@@ -66,22 +66,22 @@ async def run(clients: Clients, flt: Filter, caller: Caller) -> AsyncIterator[En
     qid = clients.new_id("h")
     clients.allowed(caller, Subscription(qid, flt))
     name = f"{caller.name}.web-{qid}" if caller.name else f"web-{qid}"
-    session = LocalSession(clients.node, name, account=caller.account)
+    client = await connect(clients.node, name, caller)
     try:
-        await session.open()
-        await session.request(qid, Subscription(qid, flt))
-        async for message in session.deliveries():
+        handle = await client.subscribe(flt, id=qid, when_full="wait")
+        async for message in handle.events():
             yield message
-            if isinstance(message, ReplayDone) and message.subscription == qid:
+            if isinstance(message, ReplayDone):
                 return
-    except Refused as exc:
+        raise ConnectionLost(client.closed_reason)
+    except RequestFailed as exc:
         raise Problem(409, "refused by the broker", exc.text) from None
-    except SessionClosed as exc:
+    except ConnectionLost as exc:
         raise Problem(409, "query ended", f"the historic query ended: {exc}") from None
     except TimeoutError:
         raise Problem(504, "no answer", "the broker did not answer the query in time") from None
     finally:
-        await session.close()
+        await client.close()
 
 
 def _row(message: Envelope) -> dict[str, Any] | None:
@@ -129,8 +129,6 @@ def router(clients: Clients, auth: Authenticator) -> APIRouter:
                 result.rows.append(row)
             elif isinstance(message, ReplayDone):
                 result.done = _done(message, started)
-            elif isinstance(message, Error):
-                result.done.setdefault("errors", []).append(message.text)
         result.took = time.monotonic() - started
         return result
 

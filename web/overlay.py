@@ -24,14 +24,15 @@ from typing import Any, Final
 
 import orjson
 
-from padres.language.parser import parse_advertisement, parse_filter
-from padres.model.messages import Publication, Subscription, Unadvertise
+from padres.client.connection import Client, ClientState, SubscriptionHandle
+from padres.errors import ConnectionLost, RequestFailed
+from padres.model.messages import Publication
 from padres.model.protocol import Notify, RouteAdvertise
 from padres.runtime.node import Handled
 from web.broker import databases
-from web.clients import Clients
+from web.clients import Clients, connect
 from web.metrics import Metrics
-from web.session import LocalSession, Refused, SessionClosed
+from web.problems import Problem
 from web.tracing import REPORT, REQUEST, Tracer
 
 __all__ = ["FORGET", "INFO", "MONITOR", "PERIOD", "Overlay"]
@@ -199,40 +200,44 @@ class Overlay:
             self._nudged.clear()
             if not self._watched():
                 continue
-            session = LocalSession(self.clients.node, MONITOR)
+            client: Client | None = None
             try:
-                await session.open()
-                await self._serve(session)
-            except (Refused, SessionClosed, TimeoutError) as exc:
+                client = await connect(self.clients.node, MONITOR)
+                await self._serve(client)
+            except (Problem, RequestFailed, ConnectionLost, TimeoutError) as exc:
                 log.warning("monitor: %s; starting again", exc)
                 self._nudged.set()
                 await asyncio.sleep(RETRY)
             finally:
-                with contextlib.suppress(Exception):
-                    await session.close()
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.close()
 
-    async def _serve(self, session: LocalSession) -> None:
+    async def _serve(self, client: Client) -> None:
+        heard = []
         for kind, fields in CHANNELS.items():
             predicates = "".join(f",[{f},isPresent,'']" for f in fields)
-            adv = parse_advertisement(f"[class,eq,'{kind}']{predicates}", id=kind)
-            await session.request(kind, adv)
-            sub = Subscription(kind, parse_filter(f"[class,eq,'{kind}']"))
-            await session.request(kind, sub)
+            await client.advertise(f"[class,eq,'{kind}']{predicates}", id=kind)
+            heard.append(await client.subscribe(f"[class,eq,'{kind}']", id=kind))
+        sending: set[asyncio.Task[None]] = set()
 
         def publish(attributes: dict[str, str]) -> None:
             self._count += 1
-            if session.closed is None:
+            if client.state is ClientState.OPEN:
                 now = datetime.now(UTC)
-                session.send(Publication(f"m{self._count}", attributes, now, session.session))
+                pub = Publication(f"m{self._count}", attributes, now, client.session)
+                task = asyncio.get_running_loop().create_task(client.publish_many([pub]))
+                sending.add(task)
+                task.add_done_callback(sending.discard)
 
-        reading = asyncio.get_running_loop().create_task(self._read(session))
+        reading = asyncio.get_running_loop().create_task(self._read(client, heard))
         self.tracer.publish = publish
         watching = False
         try:
             while not reading.done() and self._watched():
                 if watching != self._watched_here():
                     watching = not watching
-                    await _watching(session, watching)
+                    await _watching(client, watching)
                 info = self.own_info()
                 publish({"class": INFO, "broker": info["id"], "info": orjson.dumps(info).decode()})
                 await asyncio.sleep(PERIOD)
@@ -242,18 +247,26 @@ class Overlay:
             self.tracer.publish = None
             reading.cancel()
 
-    async def _read(self, session: LocalSession) -> None:
-        async for message in session.deliveries():
-            if isinstance(message, Notify):
-                if message.publication.attributes.get("class") == INFO:
-                    self._heard_from(message.publication)
-                else:
-                    self.tracer.heard(message.publication)
+    async def _read(self, client: Client, heard: list[SubscriptionHandle]) -> None:
+        """What the monitor's subscriptions deliver, until its client is gone."""
+        async with asyncio.TaskGroup() as group:
+            for handle in heard:
+                group.create_task(self._take(handle))
+        raise ConnectionLost(client.closed_reason or "the monitor's client closed")
+
+    async def _take(self, handle: SubscriptionHandle) -> None:
+        async for message in handle:
+            if not isinstance(message, Notify):
+                continue
+            if message.publication.attributes.get("class") == INFO:
+                self._heard_from(message.publication)
+            else:
+                self.tracer.heard(message.publication)
 
 
-async def _watching(session: LocalSession, on: bool) -> None:
+async def _watching(client: Client, on: bool) -> None:
     """Advertise (or withdraw) ``MONITOR_WATCH``: the other brokers monitor while it stands."""
     if on:
-        await session.request(WATCH, parse_advertisement(f"[class,eq,'{WATCH}']", id=WATCH))
+        await client.advertise(f"[class,eq,'{WATCH}']", id=WATCH)
     else:
-        await session.request(WATCH, Unadvertise(WATCH))
+        await client.unadvertise(WATCH)

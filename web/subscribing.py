@@ -17,10 +17,9 @@ from padres.model.printer import format_filter, format_message
 from padres.model.protocol import Envelope, Error, Notify, envelope_to_dict
 from web.auth import Authenticator, Caller
 from web.bodies import SubscriptionBody
-from web.clients import Clients, RestSubscription
+from web.clients import Clients, RestSubscription, SubscriptionEnded
 from web.inputs import composite_from, filter_from
 from web.problems import Problem, bad_input, located
-from web.session import SessionClosed
 
 __all__ = ["KEEPALIVE", "describe", "router"]
 
@@ -158,7 +157,7 @@ def router(clients: Clients, auth: Authenticator) -> APIRouter:
                         head = f"id: {_event_id(sub, message)}\nevent: {_event_name(message)}\n"
                         data = orjson.dumps(envelope_to_dict(message))
                         yield head.encode() + b"data: " + data + b"\n\n"
-            except (SessionClosed, Problem) as exc:
+            except (SubscriptionEnded, Problem) as exc:
                 data = orjson.dumps(envelope_to_dict(Error(f"subscription ended: {exc}")))
                 yield b"event: error\ndata: " + data + b"\n\n"
 
@@ -194,7 +193,7 @@ def router(clients: Clients, auth: Authenticator) -> APIRouter:
                 pumping.result()
         except Problem as exc:
             await ws.close(1008, exc.detail[:120])
-        except SessionClosed as exc:
+        except SubscriptionEnded as exc:
             await ws.close(1008, f"subscription ended: {exc}"[:120])
         except WebSocketDisconnect:
             pass

@@ -205,9 +205,10 @@ async def _pub(args: argparse.Namespace) -> int:
                 for pub in pubs:  # with ids of this run: the broker keeps them
                     await tx.publish(dict(pub.attributes))
         else:
-            if args.guaranteed:  # the broker takes an id it has seen from this name as a resend
-                run = secrets.token_hex(4)
-                pubs = [replace(p, id=f"{p.id}.{run}") for p in pubs]
+            # Ids of this run: stores, durable subscriptions and the broker's resend check tell
+            # publications apart by publisher and id, and the next run numbers from p1 again.
+            run = secrets.token_hex(8)
+            pubs = [replace(p, id=f"{p.id}.{run}") for p in pubs]
             for start in range(0, len(pubs), 500):
                 await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
         await client.flush()
@@ -348,8 +349,8 @@ async def _send(client: Client, message: object) -> None:
         print(_format(delivery, False), flush=True)
 
     match message:
-        case Publication():
-            await client.publish(message)
+        case Publication():  # with an id of this run, made by the client
+            await client.publish(dict(message.attributes))
         case Subscription():
             await client.subscribe(message.filter, show, id=message.id)
             print(f"subscribed {message.id}: {format_filter(message.filter)}")

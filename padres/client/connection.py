@@ -55,11 +55,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from datetime import UTC, datetime
 from enum import Enum
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from msgspec.structs import replace
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from padres.broker.durable import WINDOW, WINDOW_BYTES
 from padres.client.handling import Handler
@@ -71,9 +69,9 @@ from padres.client.pending import (
     check_limits,
 )
 from padres.client.transaction import BlockingTransaction, Transaction
+from padres.client.transport import Dialler, Transport, attached, dial
 from padres.errors import (
     AuthenticationError,
-    ConnectError,
     ConnectionLost,
     PadresError,
     RequestFailed,
@@ -91,7 +89,6 @@ from padres.model.messages import (
     Unsubscribe,
 )
 from padres.model.protocol import (
-    MAX_FRAME_BYTES,
     MAX_FRAME_MESSAGES,
     Ack,
     CompositeNotify,
@@ -131,6 +128,10 @@ from padres.runtime.backoff import Backoff
 from padres.security.accounts import Credentials
 from padres.security.tls import client_context, secure
 
+if TYPE_CHECKING:
+    from padres.runtime.node import BrokerNode
+    from padres.security.accounts import Account
+
 __all__ = [
     "BlockingClient",
     "Client",
@@ -146,6 +147,10 @@ __all__ = [
 log = logging.getLogger("padres.client.connection")
 
 Delivery = Notify | CompositeNotify
+WhenFull = Literal["drop", "wait"]
+"""What a plain subscription does when its queue in the client is full: drop what comes
+(counted, and told by ``SlowConsumer``), or keep it as a durable subscription does, the client
+then reading nothing more from the broker until the application has taken some."""
 _T = TypeVar("_T")
 
 
@@ -184,10 +189,14 @@ class SubscriptionHandle:
         backoff: float = 0.1,
         max_pending: int = MAX_PENDING,
         max_pending_bytes: int = MAX_PENDING_BYTES,
+        when_full: WhenFull = "drop",
     ):
         self.id = ident
         self.durable = durable
         self.auto_ack = auto_ack
+        self.incomplete: tuple[str, ...] = ()
+        """What the routing of the subscription could not reach when it was made (links lost
+        on the way), as the broker said."""
         self.received = 0
         """The last delivery number received (durable subscriptions)."""
         self.done = 0
@@ -196,8 +205,11 @@ class SubscriptionHandle:
         """The last delivery number the broker has been told of."""
         self._client = client
         self._callback = callback
-        flow = self._flow if durable else None
-        self._queue: Pending[Delivery] = Pending(ident, max_pending, max_pending_bytes, flow=flow)
+        self._keep = durable or when_full == "wait"
+        flow = self._flow if self._keep else None
+        self._queue: Pending[Delivery | ReplayDone] = Pending(
+            ident, max_pending, max_pending_bytes, flow=flow
+        )
         self._replayed: asyncio.Future[ReplayDone] = asyncio.get_running_loop().create_future()
         self.error: RequestFailed | None = None
         """Why the subscription ended, if the broker refused to make it again after a
@@ -259,7 +271,7 @@ class SubscriptionHandle:
             self.received = delivery.seq
         if self.handler is not None:
             if isinstance(delivery, Notify):
-                self.handler.put(delivery, size, keep=self.durable)
+                self.handler.put(delivery, size, keep=self._keep)
             return
         if self._callback is not None:
             self._queue.delivered += 1
@@ -269,7 +281,15 @@ class SubscriptionHandle:
                 log.exception("subscription %s: callback failed", self.id)
             self._handed_out(delivery)
         else:
-            self._queue.put(delivery, size, keep=self.durable)
+            self._queue.put(delivery, size, keep=self._keep)
+
+    def _replay_done(self, done: ReplayDone) -> None:
+        """The end of the past: ``replayed`` returns it, and ``events`` hands it out where it
+        came among the deliveries."""
+        if not self._replayed.done():
+            self._replayed.set_result(done)
+        if self._callback is None and self.handler is None:
+            self._queue.note(done)
 
     def _end(self) -> None:
         """The subscription is over: its iterator ends once the queued deliveries are out."""
@@ -284,7 +304,7 @@ class SubscriptionHandle:
     def _flow(self, room: bool) -> None:
         self._client._flow(self.id, room)
 
-    def _handed_out(self, delivery: Delivery) -> None:
+    def _handed_out(self, delivery: Delivery | ReplayDone) -> None:
         if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
             self.ack(delivery.seq)
 
@@ -292,6 +312,13 @@ class SubscriptionHandle:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Delivery]:
+        async for item in self.events():
+            if not isinstance(item, ReplayDone):
+                yield item
+
+    async def events(self) -> AsyncIterator[Delivery | ReplayDone]:
+        """The deliveries, and the ``ReplayDone`` of a historic or hybrid subscription where
+        it came among them (after the past, before what is live)."""
         while True:
             item = await self._queue.get()
             if item is None:
@@ -304,11 +331,14 @@ class SubscriptionHandle:
     async def get(self, timeout: float | None = None) -> Delivery:
         """The next delivery: ``TimeoutError`` after ``timeout`` s, ``ConnectionLost`` at end,
         ``SlowConsumer`` once where deliveries were dropped (the next call goes on)."""
-        item = await asyncio.wait_for(self._queue.get(), timeout)
-        if item is None:
-            raise self.error or ConnectionLost("the subscription ended")
-        self._handed_out(item)
-        return item
+        async with asyncio.timeout(timeout):
+            while True:
+                item = await self._queue.get()
+                if item is None:
+                    raise self.error or ConnectionLost("the subscription ended")
+                if not isinstance(item, ReplayDone):
+                    self._handed_out(item)
+                    return item
 
     async def cancel(self) -> None:
         await self._client.unsubscribe(self.id)
@@ -337,6 +367,7 @@ class Client:
         tls_ca: str | None = None,
         max_pending: int = MAX_PENDING,
         max_pending_bytes: int = MAX_PENDING_BYTES,
+        transport: Dialler | None = None,
     ) -> None:
         """``user`` and ``password``, or ``token``: the credentials a broker with accounts
         wants (``docs/security.md``); a refused hello raises ``AuthenticationError``.
@@ -350,10 +381,17 @@ class Client:
         authorities if None). ``max_pending``, ``max_pending_bytes``: a subscription's queue
         holds at most that many deliveries and bytes of them (by their encoding), unless the
         subscription says otherwise (see the module docstring: a plain subscription then
-        drops, a durable one makes the client stop reading)."""
+        drops, a durable one makes the client stop reading). ``transport``: how to reach the
+        broker, if not by a WebSocket to ``url`` (which then only names the broker in messages;
+        see ``attached``)."""
         check_limits(max_pending, max_pending_bytes)
-        self.url = websocket_url(url)
-        self._tls = client_context(tls_ca) if secure(self.url) else None
+        if transport is None:
+            self.url = websocket_url(url)
+            tls = client_context(tls_ca) if secure(self.url) else None
+            transport = dial(self.url, timeout=timeout, tls=tls)
+        else:
+            self.url = url
+        self._dial = transport
         self.name = name
         self.credentials = Credentials(user, password, token)
         self.timeout = timeout
@@ -362,7 +400,7 @@ class Client:
         self.session = ""
         self.broker = ""
         self.on_error = on_error or (lambda e: log.warning("broker refused %s: %s", e.ref, e.text))
-        self._ws: ClientConnection | None = None
+        self._transport: Transport | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[Envelope]] = {}
         self._subs: dict[str, SubscriptionHandle] = {}
@@ -373,7 +411,7 @@ class Client:
         self._recovery: asyncio.Task[None] | None = None
         self.on_replay = on_replay
         self.max_unacked = max_unacked
-        self._instance = os.urandom(4).hex()
+        self._instance = os.urandom(8).hex()
         """Makes the ids of guaranteed publications differ from those of an earlier run."""
         self._unacked: dict[str, Publication] = {}
         """Guaranteed publications sent and not yet acknowledged, in the order sent."""
@@ -390,13 +428,30 @@ class Client:
         self._reading = asyncio.Event()
         self._reading.set()
 
+    @classmethod
+    def attached(
+        cls,
+        node: BrokerNode,
+        name: str = "client",
+        *,
+        account: Account | None = None,
+        trusted: bool = False,
+        **options: Any,
+    ) -> Client:
+        """A client of ``node``, a broker node in this process, connected without a socket
+        (``padres.client.transport``). ``trusted``: the caller has authenticated whom the
+        client acts for, ``account`` (or the broker itself, with no account); else the
+        credentials in ``options`` are checked as over a socket."""
+        label = f"{node.broker.id} (in this process)"
+        return cls(label, name, transport=attached(node, account, trusted), **options)
+
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def connect(self) -> Client:
-        if self.state is not ClientState.CONNECTING or self._ws is not None:
+        if self.state is not ClientState.CONNECTING or self._transport is not None:
             raise PadresError(f"client is {self.state.value}; connect() goes once")
         try:
             await self._open()
@@ -408,20 +463,10 @@ class Client:
 
     async def _open(self) -> None:
         """Dial, say hello, and wait for the welcome."""
-        try:
-            ws = await connect(
-                self.url,
-                max_size=4 * MAX_FRAME_BYTES,
-                open_timeout=self.timeout,
-                compression=None,
-                ssl=self._tls,
-            )
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise ConnectError(f"cannot connect to {self.url}: {exc}") from exc
-        self._ws = ws
+        transport = self._transport = await self._dial()
         self._welcome = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.get_running_loop().create_task(self._read(ws))
-        await ws.send(encode_frame([self.credentials.hello(self.name)]))
+        self._reader = asyncio.get_running_loop().create_task(self._read(transport))
+        await transport.send(encode_frame([self.credentials.hello(self.name)]))
         welcome = await asyncio.wait_for(self._welcome, self.timeout)
         self.session, self.broker = welcome.session, welcome.broker
 
@@ -449,11 +494,10 @@ class Client:
                 AuthenticationError,  # its old session may still hold its name for a moment
                 ConnectionLost,
                 TimeoutError,
-                ConnectionClosed,
             ) as exc:
                 log.info("%s: reconnecting to %s: %s", self.name, self.url, exc)
-                if self._ws is not None:
-                    await self._ws.close()
+                if self._transport is not None:
+                    await self._transport.close()
             await backoff.wait()
 
     def _refused_again(self, key: tuple[str, str], exc: RequestFailed) -> None:
@@ -480,8 +524,8 @@ class Client:
             self._recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._recovery
-        if self._ws is not None:
-            await self._ws.close()
+        if self._transport is not None:
+            await self._transport.close()
         if self._reader is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
@@ -538,6 +582,8 @@ class Client:
         visibility: Visibility | str = Visibility.ON_COMMIT,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
+        when_full: WhenFull = "drop",
+        after: int = 0,
     ) -> SubscriptionHandle:
         """Subscribe; ``visibility``: which publications of transactions it sees, and when
         (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.client.transaction``);
@@ -550,7 +596,9 @@ class Client:
         ``max_pending``, ``max_pending_bytes``: the limits of the subscription's queue in the
         client (the client's if None; see ``SubscriptionHandle``). A durable subscription's
         should not be below the broker's window (20,000 deliveries, 4 MiB): when its queue is
-        full, the client stops reading from the broker."""
+        full, the client stops reading from the broker; ``when_full``: what a plain one does
+        then (``WhenFull``). ``after``: a durable subscription resumes after that delivery
+        number (what its application has already processed, when the client was made anew)."""
         visibility = Visibility(visibility)
         limits = self._limits(max_pending, max_pending_bytes)
         if durable is None:
@@ -558,7 +606,13 @@ class Client:
             sub = Subscription(ident, _filter(flt))
             options = None if visibility is Visibility.ON_COMMIT else Subscribe(sub, visibility)
             return await self._subscribe(
-                sub, callback, retries=retries, backoff=backoff, message=options, limits=limits
+                sub,
+                callback,
+                retries=retries,
+                backoff=backoff,
+                message=options,
+                limits=limits,
+                when_full=when_full,
             )
         if limits[0] < WINDOW or limits[1] < WINDOW_BYTES:
             log.warning(
@@ -582,16 +636,10 @@ class Client:
             max_pending=limits[0],
             max_pending_bytes=limits[1],
         )
-        self._subs[durable] = handle
-        message = Durable(Subscription(durable, _filter(flt)), visibility=visibility)
-        try:
-            await self._request(durable, message)
-        except BaseException:
-            self._subs.pop(durable, None)
-            handle._end()
-            raise
-        self._made["s", durable] = message
-        return handle
+        handle.received = handle.done = handle.acked = after
+        return await self._make(
+            handle, Durable(Subscription(durable, _filter(flt)), after, visibility)
+        )
 
     async def subscribe_composite(
         self,
@@ -601,16 +649,16 @@ class Client:
         *,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
+        when_full: WhenFull = "drop",
     ) -> SubscriptionHandle:
-        """Subscribe to a composite subscription; ``max_pending``, ``max_pending_bytes``: as
-        for ``subscribe``."""
+        """Subscribe to a composite subscription; ``max_pending``, ``max_pending_bytes``,
+        ``when_full``: as for ``subscribe``."""
         if isinstance(expression, CompositeSubscription):
             sub = expression
         else:
             sub = parse_composite(expression, id=id or self._id("s"))
-        return await self._subscribe(
-            sub, callback, limits=self._limits(max_pending, max_pending_bytes)
-        )
+        limits = self._limits(max_pending, max_pending_bytes)
+        return await self._subscribe(sub, callback, limits=limits, when_full=when_full)
 
     def _limits(self, max_pending: int | None, max_pending_bytes: int | None) -> tuple[int, int]:
         """A subscription's queue limits: its own, or the client's."""
@@ -630,6 +678,7 @@ class Client:
         backoff: float = 0.1,
         message: Subscribe | None = None,
         limits: tuple[int, int],
+        when_full: WhenFull = "drop",
     ) -> SubscriptionHandle:
         """Make ``sub`` (by ``message``, when it has options) with a queue of ``limits``
         (deliveries, bytes)."""
@@ -641,16 +690,25 @@ class Client:
             backoff=backoff,
             max_pending=limits[0],
             max_pending_bytes=limits[1],
+            when_full=when_full,
         )
-        self._subs[sub.id] = handle
-        request = message or sub
+        return await self._make(handle, message or sub)
+
+    async def _make(
+        self,
+        handle: SubscriptionHandle,
+        request: Subscription | CompositeSubscription | Subscribe | Durable,
+    ) -> SubscriptionHandle:
+        """Ask the broker for ``handle``'s subscription by ``request``, which a reconnect makes
+        again; the handle ends if the broker refuses it."""
+        self._subs[handle.id] = handle
         try:
-            await self._request(sub.id, request)
+            handle.incomplete = _incomplete(await self._request(handle.id, request))
         except BaseException:
-            self._subs.pop(sub.id, None)
+            self._subs.pop(handle.id, None)
             handle._end()
             raise
-        self._made["s", sub.id] = request
+        self._made["s", handle.id] = request
         return handle
 
     def ack(self, subscription: str, seq: int) -> None:
@@ -674,14 +732,15 @@ class Client:
         return Transaction(self, id or f"{self._id('t')}.{self._instance}")
 
     def _publication(
-        self, publication: str | Publication | dict[str, Any], id: str | None, *, unique: bool
+        self, publication: str | Publication | dict[str, Any], id: str | None
     ) -> Publication:
-        """A publication from PADRES text, an attribute dict, or as it is; ``unique``: an id
-        made here carries a token of this client's run (the broker keeps it)."""
+        """A publication from PADRES text, an attribute dict, or as it is; an id made here
+        carries a token of this client's run, so that no other run of the same publisher
+        makes it again (stores and durable subscriptions tell publications apart by it)."""
         if isinstance(publication, Publication):
             return publication
         if id is None:
-            id = self._id("p") + (f".{self._instance}" if unique else "")
+            id = f"{self._id('p')}.{self._instance}"
         if isinstance(publication, str):
             return parse_publication(publication, id=id, timestamp=_now())
         return Publication(id, publication, _now(), "")
@@ -698,9 +757,9 @@ class Client:
         ``guaranteed``: delivered exactly once, in this client's order, to every matching
         durable subscription, surviving broker crashes. The broker acknowledges it once it is
         on disk; until then it is kept here and sent again after a reconnect (``flush`` waits
-        for the acknowledgements). Its id must not be reused by this publisher: the ids made
+        for the acknowledgements). An id must not be reused by this publisher: the ids made
         here carry a token of this client's run."""
-        pub = self._publication(publication, id, unique=guaranteed)
+        pub = self._publication(publication, id)
         await self.publish_many([pub], guaranteed=guaranteed)
         return pub.id
 
@@ -797,7 +856,7 @@ class Client:
             request = Exceptions(
                 self._ref("x"), sid, entries=tuple(entries), client=client or "", after=after
             )
-            report = await self._exceptions(request)
+            report = await self.exception_page(request)
             found += report.entries
             if not report.more or not report.entries:
                 return replace(report, entries=tuple(found), more=False)
@@ -815,7 +874,7 @@ class Client:
         entry goes; failed again, it stays with its attempts added up. Returns how many."""
         action = ExceptionAction.REPLAY
         request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
-        return (await self._exceptions(replace(request, client=client or ""))).affected
+        return (await self.exception_page(replace(request, client=client or ""))).affected
 
     async def purge_exceptions(
         self,
@@ -827,9 +886,11 @@ class Client:
         """Remove entries of the exception queue (all, or ``entries``); returns how many."""
         action = ExceptionAction.PURGE
         request = Exceptions(self._ref("x"), _sid(subscription), action, tuple(entries))
-        return (await self._exceptions(replace(request, client=client or ""))).affected
+        return (await self.exception_page(replace(request, client=client or ""))).affected
 
-    async def _exceptions(self, request: Exceptions) -> ExceptionReport:
+    async def exception_page(self, request: Exceptions) -> ExceptionReport:
+        """One request on an exception queue as the wire protocol has it: a page of its
+        entries (``after``, ``limit``), a replay or a purge."""
         reply = await self._request(request.ref, request)
         if not isinstance(reply, ExceptionReport):
             raise RequestFailed(f"unexpected answer: {type(reply).__name__}", request.ref)
@@ -860,6 +921,30 @@ class Client:
         task = asyncio.get_running_loop().create_task(self._send([back]))
         task.add_done_callback(_quiet)
 
+    async def request(self, message: Envelope) -> Ok:
+        """Send one request of the wire protocol (``padres.model.protocol``) and return the
+        broker's ``ok``: ``RequestFailed`` with its reason otherwise. The methods above are
+        the way to make what the client should make again after a reconnect; this is for the
+        requests they do not cover, or whose ids and options come from elsewhere (the web
+        API's)."""
+        ref = reference(message)
+        reply = await self._request(ref, message)
+        if not isinstance(reply, Ok):
+            raise RequestFailed(f"unexpected answer: {type(reply).__name__}", ref)
+        return reply
+
+    @property
+    def closed_reason(self) -> str:
+        """Why the connection ended, once it has, "" while it is open (the broker's reason,
+        if it gave one: an eviction for reading too slowly, say). Known as soon as the
+        transport ends, even while the client has stopped reading."""
+        return self._transport.reason if self._transport is not None else ""
+
+    @property
+    def transport(self) -> Transport | None:
+        """The connection to the broker now (None before ``connect``)."""
+        return self._transport
+
     async def query(self, what: str) -> tuple[str, ...]:
         """The rows of a broker's table: 'subscriptions', 'advertisements' or 'schemas'."""
         result = await self._request(f"?{what}", Query(what))
@@ -873,13 +958,10 @@ class Client:
         usable = self.state is ClientState.OPEN or (
             recovering and self.state is ClientState.CONNECTING
         )
-        if not usable or self._ws is None:
+        if not usable or self._transport is None:
             raise ConnectionLost(f"client is {self.state.value}")
-        try:
-            for start in range(0, len(messages), MAX_FRAME_MESSAGES):
-                await self._ws.send(encode_frame(messages[start : start + MAX_FRAME_MESSAGES]))
-        except ConnectionClosed as exc:
-            raise ConnectionLost(f"connection to {self.url} closed: {exc}") from None
+        for start in range(0, len(messages), MAX_FRAME_MESSAGES):
+            await self._transport.send(encode_frame(messages[start : start + MAX_FRAME_MESSAGES]))
 
     async def _request(self, ref: str, message: Envelope, recovering: bool = False) -> Envelope:
         if ref in self._pending:
@@ -900,9 +982,9 @@ class Client:
 
     # -- reading -----------------------------------------------------------------------------
 
-    async def _read(self, ws: ClientConnection) -> None:
+    async def _read(self, transport: Transport) -> None:
         try:
-            async for data in ws:
+            async for data in transport.frames():
                 items = decode_frame(data, checked=True)  # from the broker
                 # What each message weighs in a queue: its share of the frame (a frame holds
                 # messages of like sizes, mostly; splitting it exactly would cost a second pass).
@@ -911,8 +993,6 @@ class Client:
                     if self._full and not self._reading.is_set():  # a durable queue is full
                         await self._reading.wait()
                     self._on_message(item, size)
-        except ConnectionClosed:
-            pass
         finally:
             lost = ConnectionLost(f"connection to {self.url} closed")
             for future in self._pending.values():
@@ -920,10 +1000,10 @@ class Client:
                     future.set_exception(lost)
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_exception(lost)
-            if ws is self._ws and not self.reconnect:  # else the broker waits for it a while
+            if transport is self._transport and not self.reconnect:  # else the broker waits
                 for transaction in list(self._transactions.values()):
                     transaction._lost()
-            if ws is self._ws and self.state is ClientState.OPEN:
+            if transport is self._transport and self.state is ClientState.OPEN:
                 if self.reconnect:
                     self.state = ClientState.CONNECTING
                     self._recovery = asyncio.get_running_loop().create_task(self._recover())
@@ -1012,8 +1092,7 @@ class Client:
         handle = self._subs.get(done.subscription)
         if handle is None:
             return
-        if not handle._replayed.done():
-            handle._replayed.set_result(done)
+        handle._replay_done(done)
         if not done.live:  # a historic subscription is over
             self._subs.pop(done.subscription, None)
             self._made.pop(("s", done.subscription), None)
@@ -1025,7 +1104,11 @@ class Client:
             future.set_result(value)
 
 
-def _after(item: Delivery, seq: int) -> bool:
+def _incomplete(reply: Envelope) -> tuple[str, ...]:
+    return reply.incomplete if isinstance(reply, Ok) else ()
+
+
+def _after(item: Delivery | ReplayDone, seq: int) -> bool:
     return isinstance(item, Notify) and item.seq > seq
 
 

@@ -73,8 +73,9 @@ class Pending(Generic[T]):
         self.max_pending = max_pending
         self.max_pending_bytes = max_pending_bytes
         self._flow = flow
-        self._entries: deque[tuple[T, int] | None] = deque()
-        """Deliveries and their sizes, in order; None where an episode of losses began."""
+        self._entries: deque[tuple[T, int | None] | None] = deque()
+        """Deliveries and their sizes, in order; notes (``note``) with no size; None where an
+        episode of losses began."""
         self.pending = 0
         self.pending_bytes = 0
         self.delivered = 0
@@ -117,6 +118,13 @@ class Pending(Generic[T]):
         self._tell_flow()
         return True
 
+    def note(self, item: T) -> None:
+        """Queue ``item`` among the deliveries without counting it as one: a marker in the
+        stream (the end of a subscription's past, say). Notes are never dropped."""
+        if not self._closed:
+            self._entries.append((item, None))
+            self._changed.set()
+
     async def get(self) -> T | None:
         """The next delivery, waiting for one; None once the queue is closed and empty.
         ``SlowConsumer`` where an episode of losses began."""
@@ -137,6 +145,8 @@ class Pending(Generic[T]):
                 dropped_bytes=self.dropped_bytes,
             )
         item, size = entry
+        if size is None:
+            return item
         self.pending -= 1
         self.pending_bytes -= size
         self.delivered += 1
@@ -150,7 +160,7 @@ class Pending(Generic[T]):
         entries = list(self._entries)
         self._entries.clear()
         for entry in entries:
-            if entry is None or wanted(entry[0]):
+            if entry is None or entry[1] is None or wanted(entry[0]):
                 self._entries.append(entry)
             else:
                 self.pending -= 1

@@ -97,7 +97,7 @@ class Transaction:
         returns the publication's id. Its ids, like a guaranteed publication's, must not be
         reused by this publisher: the ids made here carry a token of this client's run."""
         self._check_open("publish in")
-        pub = self._client._publication(publication, id, unique=True)
+        pub = self._client._publication(publication, id)
         await self._client._send([TxPublish(self.id, pub)])
         self.count += 1
         return pub.id

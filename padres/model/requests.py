@@ -19,6 +19,8 @@ from padres.model.messages import (
     CompositeSubscription,
     Publication,
     Subscription,
+    Unadvertise,
+    Unsubscribe,
 )
 from padres.model.protocol import (
     DeclareSchema,
@@ -80,6 +82,10 @@ def reference(message: Envelope) -> str:
             return message.id
         case ReplayOffer():
             return message.advertisement.id
+        case Unsubscribe():
+            return message.subscription_id
+        case Unadvertise():
+            return message.advertisement_id
         case Query():
             return f"?{message.what}"
         case Exceptions():

@@ -57,12 +57,12 @@ from padres.model.protocol import (
     Hello,
     Query,
     Rejected,
-    Role,
     decode_frame,
     websocket_url,
 )
 from padres.runtime.backoff import Backoff
 from padres.runtime.connection import Connection, Phase
+from padres.runtime.pump import Handled, Pump
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import QueueStatistics, SendQueue, combined, encode
 from padres.security.tls import ServerTLS, client_context, secure
@@ -80,17 +80,10 @@ LINK_FRAMES: Final = 4
 """Frames a dialled link buffers before it stops reading from the socket."""
 SLICE: Final = 0.02
 """Seconds of core time a frame takes before the node serves other connections."""
-PREFETCH: Final = 1000
-"""Publications of a frame matched together, ahead of handling them one by one (a slice
-rarely gets through more)."""
-ERROR_TEXT: Final = 1000
-"""Characters of an exception's text that an ``error`` reply quotes at most."""
 EXTENSIONS: Final = "padres.node"
 """Entry-point group of the packages that extend every broker node (the web API registers
 ``web:install`` there): each is called with the node before it serves."""
 
-Handled = tuple[Envelope, list[Out], float]
-"""A message the core handled, what it sent for it, and the seconds it took."""
 Observer = Callable[[str, list[Handled]], None]
 """Called after the core handled some messages of one frame, with the hop they came from and
 each of them as ``Handled``, in order."""
@@ -173,8 +166,10 @@ class BrokerNode:
             client_context(tls_ca) if tls_ca or any(map(secure, self.neighbours)) else None
         )
         self.started = time.time()
-        self.received = 0
-        self.rejected = 0
+        self._pump = Pump(broker, self._queue, screen=self._screen)
+        """Walks the frames of every connection through the core (``receive``)."""
+        self._refused = 0
+        """Frames refused whole (``_decode``); the pump counts the messages it refuses."""
         self.evicted = 0
         self.paused = 0
         """How many times reading from clients was paused (flow control)."""
@@ -189,6 +184,8 @@ class BrokerNode:
         self._server: uvicorn.Server | None = None
         self.address: tuple[str, int] | None = None
         """Where the node serves, once it does: host and port."""
+        self.serving = False
+        """Whether ``serve`` runs and has started: clients may connect."""
         self.observers: list[Observer] = []
         self.services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         """Tasks that run while the node serves (started with it, cancelled with it)."""
@@ -250,8 +247,8 @@ class BrokerNode:
             "clients": sorted(s.name for s in b.sessions.values()),
             "advertisements": len(b.trees),
             "subscriptions": len(b.routes),
-            "received": self.received,
-            "rejected": self.rejected,
+            "received": self._pump.received,
+            "rejected": self._pump.rejected + self._refused,
             **totals._asdict(),
             "evicted": self.evicted,
             "paused": self.paused,
@@ -297,10 +294,12 @@ class BrokerNode:
                     await serving  # it failed: raise why
                     return
                 await asyncio.sleep(0.01)
+            self.serving = True
             if ready is not None:
                 ready(bound)
             await serving
         finally:
+            self.serving = False
             for task in tasks:
                 task.cancel()
             self._server.should_exit = True
@@ -352,7 +351,7 @@ class BrokerNode:
             try:
                 if self.broker.guard is not None:
                     self.broker.guard.accounts.refresh()
-                self._dispatch(self.broker.tick(time.time()))
+                self._pump.dispatch(self.broker.tick(time.time()))
                 self._evict_laggards()
             except Exception:
                 log.exception("%s: failed on a tick", self.broker.id)
@@ -374,25 +373,25 @@ class BrokerNode:
             self._link(connection)
         return connection
 
-    def attach(
-        self,
-        send: Callable[[bytes], Awaitable[None]],
-        close: Callable[[int, str], Awaitable[None]],
-    ) -> str:
-        """An in-process client connection (the web API's sessions): returns its hop. What
-        the core sends it goes to ``send`` in frames, through a bounded client queue as for a
-        socket (a reader too slow for it is evicted: ``close`` is called); ``submit`` hands
-        the core its messages, ``detach`` ends it."""
+    def attach(self, send: Callable[[bytes], Awaitable[None]], ended: Callable[[str], None]) -> str:
+        """An in-process client connection (``padres.client.transport``): returns its hop.
+        What the core sends it goes to ``send`` in frames, through a bounded client queue as
+        for a socket; ``read`` hands the core its frames, ``detach`` ends it. If the node
+        gives up on it first (a reader too slow for its queue is evicted; a refused hello),
+        ``ended`` is called with the reason, once the last words have been sent or their
+        grace period is over."""
         hop = f"l{next(self._hops)}"
-        self._open(hop, send, close).queue.gone.add_done_callback(lambda _: self._ended(hop))
-        return hop
+        queue = self._open(hop, send, _nothing_to_close).queue
 
-    def _ended(self, hop: str) -> None:
-        """An attached connection's queue gave up on it (eviction): the session is over."""
-        if hop in self._connections:
-            task = asyncio.get_running_loop().create_task(self._hang_up(hop))
-            self._leaving.add(task)
-            task.add_done_callback(self._leaving.discard)
+        def gone(_: object) -> None:
+            if hop in self._connections:  # not detached: the node gave up on it
+                ended(queue.reason or "the broker ended the connection")
+                task = asyncio.get_running_loop().create_task(self._hang_up(hop))
+                self._leaving.add(task)
+                task.add_done_callback(self._leaving.discard)
+
+        queue.gone.add_done_callback(gone)
+        return hop
 
     async def detach(self, hop: str) -> None:
         """End an attached connection: the core closes its session."""
@@ -431,18 +430,26 @@ class BrokerNode:
     async def _read_session(self, receive: Receive, hop: str) -> None:
         """Frames of an accepted connection; a publisher's wait while the links are congested."""
         while True:
-            if not self._connections[hop].link and self.broker.publishes(hop):
-                await self._reading.wait()
             event = await receive()
             if event["type"] == "websocket.disconnect":
                 return
-            data = event.get("bytes") or event.get("text") or b""
-            await self._authenticate(hop, data)
-            await self.receive(hop, data)
+            await self.read(hop, event.get("bytes") or event.get("text") or b"")
+
+    async def read(self, hop: str, data: bytes | str) -> None:
+        """A frame from client connection ``hop`` (a socket's, or an attached one's): once
+        the links are not congested if ``hop`` publishes, its hello's password checked off
+        the event loop, handed to the core (``receive``). Nothing, if ``hop`` is over."""
+        connection = self._connections.get(hop)
+        if connection is None:
+            return
+        if not connection.link and self.broker.publishes(hop):
+            await self._reading.wait()
+        await self._authenticate(hop, data)
+        await self.receive(hop, data)
 
     async def _hang_up(self, hop: str) -> None:
         connection = self._connections.pop(hop, None)
-        self._dispatch(self.broker.close(hop))
+        self._pump.dispatch(self.broker.close(hop))
         if connection is not None:
             connection.move(Phase.CLOSED)
             gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
@@ -463,7 +470,7 @@ class BrokerNode:
             f"bytes) to you were dropped, and your queue stayed over its limit of "
             f"{box.limit:,} bytes for {self.limits.evict_after:g} s"
         )
-        box.fail(1008, "too slow: evicted for not keeping up with its messages", Error(text))
+        box.fail(1008, "too slow: evicted for reading its messages too slowly", Error(text))
 
     # -- flow control ------------------------------------------------------------------------
 
@@ -514,7 +521,7 @@ class BrokerNode:
         _small_buffers(ws.transport.get_extra_info("socket"))
         hop = f"n{next(self._hops)}"
         self._open(hop, ws.send, ws.close, dialled=True)
-        self._dispatch(self.broker.open_link(hop))
+        self._pump.dispatch(self.broker.open_link(hop))
         keepalive = asyncio.get_running_loop().create_task(self._keepalive(ws, hop))
         try:
             await self._converse(hop, self._read_link(ws, hop))
@@ -578,16 +585,16 @@ class BrokerNode:
                 checked=connection is not None and connection.dialled,
             )
         except DecodeError as exc:
-            self.rejected += 1
-            self._dispatch([(hop, Error(f"frame refused: {exc}"))])
+            self._refused += 1
+            self._pump.dispatch([(hop, Error(f"frame refused: {exc}"))])
             return []
         if len(items) > self.limits.frame_messages and not (connection and connection.link):
-            self.rejected += 1
+            self._refused += 1
             why = (
                 f"frame refused: it holds {len(items):,} messages; the limit is "
                 f"{self.limits.frame_messages:,} (send them in several frames)"
             )
-            self._dispatch([(hop, Error(why))])
+            self._pump.dispatch([(hop, Error(why))])
             return []
         return items
 
@@ -599,54 +606,18 @@ class BrokerNode:
     def _submit(
         self, hop: str, items: Sequence[Envelope | Rejected], first: int, budget: float
     ) -> int:
-        """Hand the core ``items[first:]`` until ``budget`` seconds have passed (one message
-        at least), send what it answers, and return the index of the first message left."""
+        """Walk ``items[first:]`` through the core (``Pump.walk``, at one reading of the
+        clock) until ``budget`` seconds have passed, one message at least; send what it
+        answers, and return the index of the first message left."""
         now = time.time()
-        outs: list[Out] = []
-        done: list[Handled] = []
-        until = time.perf_counter() + budget
-        left = len(items)
-        if self.broker.greeted(hop):  # nothing is matched for a connection not yet accepted
-            self.broker.prefetch(items[first : first + PREFETCH])
-        for index in range(first, len(items)):
-            if index > first and time.perf_counter() > until:
-                left = index
-                break
-            item = items[index]
-            if isinstance(item, Query) and not self._may_query(hop):
-                self.rejected += 1
-                why = (
-                    f"query refused: at most {self.limits.queries_per_second:g} queries a second "
-                    "per connection"
-                )
-                outs.append((hop, Error(why, f"?{item.what}")))
-                continue
-            if isinstance(item, Rejected):
-                self.rejected += 1
-                outs.append((hop, Error(f"message refused: {item.error}", item.ref)))
-                continue
-            self.received += 1
-            if isinstance(item, Error) and not self.broker.greeted(hop):
-                log.warning("%s: %s refused the connection: %s", self.broker.id, hop, item.text)
-            try:
-                started = time.perf_counter()
-                handled = self.broker.handle(item, hop, now)
-                took = time.perf_counter() - started
-                outs += handled
-                done.append((item, handled, took))
-            except Exception as exc:  # a bug must cost one message, not the broker
-                log.exception("%s: failed on a message from %s", self.broker.id, hop)
-                why = f"internal error: {type(exc).__name__}: {exc}"
-                outs.append((hop, Error(why[:ERROR_TEXT])))
-            if isinstance(item, Hello) and item.role is Role.BROKER:
-                self._promote(hop)
-        self.broker.prefetch(())  # what was not handled in this slice is matched again later
+        left, outs, handled = self._pump.walk(hop, items, lambda: now, first, budget)
+        self._promote(hop)
         for observe in self.observers:
             try:
-                observe(hop, done)
+                observe(hop, handled)
             except Exception:  # counting must not cost what was handled
                 log.exception("%s: an observer failed", self.broker.id)
-        self._dispatch(outs)
+        self._pump.dispatch(outs)
         connection = self._connections.get(hop)
         if self.broker.guard is not None and not self.broker.greeted(hop) and connection:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
@@ -655,6 +626,21 @@ class BrokerNode:
                 log.warning("%s: refused %s: %s", self.broker.id, hop, refusal.text)
             connection.queue.fail(1008, "not authenticated", refusal)
         return left
+
+    def _screen(self, hop: str, item: Envelope) -> Error | None:
+        """The pump's look at a message before the core gets it: a query beyond the
+        connection's rate is refused; a neighbour's refusal of this broker is logged."""
+        if isinstance(item, Query):
+            connection = self._connections.get(hop)
+            if connection is not None and not connection.queries.allow():
+                why = (
+                    f"query refused: at most {self.limits.queries_per_second:g} queries a second "
+                    "per connection"
+                )
+                return Error(why, f"?{item.what}")
+        elif isinstance(item, Error) and not self.broker.greeted(hop):
+            log.warning("%s: %s refused the connection: %s", self.broker.id, hop, item.text)
+        return None
 
     async def _authenticate(self, hop: str, data: bytes | str) -> None:
         """Before a frame of a connection not yet accepted goes to the core: its ``hello``'s
@@ -679,21 +665,17 @@ class BrokerNode:
             with contextlib.suppress(AuthenticationError):
                 await asyncio.to_thread(guard.accounts.authenticate, hello.user, hello.password)
 
-    def _may_query(self, hop: str) -> bool:
-        connection = self._connections.get(hop)
-        return connection is None or connection.queries.allow()
-
     def _promote(self, hop: str) -> None:
-        """A broker's ``hello`` on an accepted connection: once the core has taken it as a
-        neighbour, its queue is a link queue like the dialling side's."""
+        """An accepted connection the core has taken as a neighbour (its ``hello`` said it is a
+        broker): its queue becomes a link queue like the dialling side's, before anything more
+        is queued on it."""
         connection = self._connections.get(hop)
         if connection is not None and not connection.link and hop in self.broker.peers:
             self._link(connection)
 
-    def _dispatch(self, outs: list[Out]) -> None:
-        """Queue each message, encoded once however many hops it goes to. The journal is
-        committed first: nothing is sent ahead of what the broker promised on disk."""
-        self.broker.journal.commit()
+    def _queue(self, outs: list[Out]) -> None:
+        """The pump's ``send``: each message into the send queue of its hop, encoded once
+        however many hops it goes to."""
         encoded: dict[int, bytes] = {}
         connections = self._connections
         for hop, message in outs:
@@ -707,6 +689,10 @@ class BrokerNode:
             if not box.put(data) and box.droppable and box.dropped == 1:
                 log.warning("%s: %s is too slow: dropping what it cannot take", self.broker.id, hop)
         self._check_flow()
+
+
+async def _nothing_to_close(code: int, reason: str) -> None:
+    """An attached connection has no socket to close: ``attach``'s ``ended`` tells its end."""
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:

@@ -2,9 +2,13 @@
 
 Every link (broker to broker, client to broker, broker to client) is a FIFO queue, as a
 WebSocket is. ``run`` delivers queued messages a frame at a time (one to ``FRAME`` messages of
-a link, handled in turn after their publications are matched together, as a node does), choosing
-the next link at random from a seeded generator, so the same seed replays the same interleaving,
-and different seeds explore different ones. Every message is encoded and decoded on its way, as
+a link), choosing the next link at random from a seeded generator, so the same seed replays the
+same interleaving, and different seeds explore different ones. A broker takes a frame through
+the pump, as a node does (``padres.runtime.pump``): its publications matched together, then its
+messages in turn, each a millisecond after the last on the simulation's clock; what each one
+answers is committed to the journal and queued on the links before the next is handled, so
+links are scheduled in the order the messages made them busy. Unlike a node's, its pump lets an
+exception of the core through, to the test. Every message is encoded and decoded on its way, as
 a connection would, so what the simulation checks is what crosses the wire. Tests and
 ``padres bench overlay`` drive it.
 """
@@ -14,9 +18,10 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 
-from padres.broker import Broker, BrokerConfig, Covering
+from padres.broker import Broker, BrokerConfig, Covering, Out
 from padres.broker.journal import Journal
 from padres.broker.memory_journal import MemoryJournal
 from padres.model.codec import encode
@@ -34,6 +39,7 @@ from padres.model.protocol import (
     RoutePublish,
     Welcome,
 )
+from padres.runtime.pump import Pump
 from padres.security.accounts import Accounts, Credentials
 from rete import CompositeLimits
 
@@ -98,6 +104,7 @@ class Simulation:
         self.limits = limits
         self.accounts = accounts
         self.brokers: dict[str, Broker] = {}
+        self._pumps: dict[str, Pump] = {}
         self.clients: dict[str, SimClient] = {}
         self.seen: dict[str, list[Publication]] = {}
         """Per broker, the publications that reached it, in order."""
@@ -129,6 +136,8 @@ class Simulation:
             credentials=credentials,
         )
         self.brokers[broker_id] = broker
+        send = partial(self._emit, broker_id)
+        self._pumps[broker_id] = Pump(broker, send, contain=False, eager=True)
         self.seen.setdefault(broker_id, [])
         return broker
 
@@ -136,6 +145,7 @@ class Simulation:
         """The broker dies at once: its links and its clients' connections fail, what it had
         not committed to its journal is lost. ``add_broker`` starts it again."""
         broker = self.brokers.pop(broker_id)
+        del self._pumps[broker_id]
         self.journals[broker_id].rollback()
         for name in broker.peers.values():
             for key in ((broker_id, name), (name, broker_id)):
@@ -216,20 +226,21 @@ class Simulation:
             for message in frame:
                 client.receive(message)
             return
-        broker = self.brokers.get(target)
-        if broker is None:
+        pump = self._pumps.get(target)
+        if pump is None:
             return  # it crashed with these messages on their way
-        broker.prefetch(frame)
+        seen = self.seen[target]
         for message in frame:
-            self._clock += 1e-3  # one millisecond a message
             if isinstance(message, RoutePublish):
-                self.seen[target].append(message.publication)
+                seen.append(message.publication)
             elif isinstance(message, Publication):
-                self.seen[target].append(message)
-            outs = broker.handle(message, source, self._clock)
-            broker.journal.commit()  # as the runtime does before sending what a frame caused
-            self._emit(target, outs)
-        broker.prefetch(())
+                seen.append(message)
+        pump.walk(source, frame, self._next_millisecond)
+
+    def _next_millisecond(self) -> float:
+        """The brokers' time for the next message handled: one millisecond a message."""
+        self._clock += 1e-3
+        return self._clock
 
     def queued(self, source: str, target: str) -> list[Envelope]:
         """The messages on their way from ``source`` to ``target``."""
@@ -245,7 +256,7 @@ class Simulation:
     def clock(self) -> float:
         return self._clock
 
-    def _emit(self, source: str, outs: list[tuple[str, Envelope]]) -> None:
+    def _emit(self, source: str, outs: list[Out]) -> None:
         # Sorted by hop (stable: each link keeps its order), so that the order in which a broker
         # happens to list messages for different links does not change the schedule.
         for hop, message in sorted(outs, key=lambda out: out[0]):

@@ -1,9 +1,11 @@
 """Brokers in the test's own process: ``async with cluster(3) as c:`` serves brokers B1..B3 on
 loopback ports, each linked to the one before (a chain), waits until every link is up, and
 stops them all when the block ends, whatever happens in it. ``c.client(i, name)`` connects a
-client to broker ``i`` (from 0), closed with the cluster.
+client to broker ``i`` (from 0) in the process, without a socket (``Client.attached``);
+``c.client(i, name, socket=True)`` through its WebSocket endpoint. Clients are closed with the
+cluster.
 
-Real sockets and the real node, with no process to start: what a test of routing, flow
+Real links between real nodes, with no process to start: what a test of routing, flow
 control or the client needs. A test of what a process does (kill -9, SIGSTOP, a restart, the
 command line) uses ``padres.testing.processes``."""
 
@@ -36,9 +38,13 @@ class Cluster:
     def urls(self) -> list[str]:
         return [_url(node) for node in self.nodes]
 
-    async def client(self, at: int, name: str, **options: Any) -> Client:
-        """A client of broker ``at``, connected (closed with the cluster)."""
-        client = Client(self.urls[at], name, **options)
+    async def client(self, at: int, name: str, *, socket: bool = False, **options: Any) -> Client:
+        """A client of broker ``at``, connected (closed with the cluster): attached to it in
+        this process, or through a WebSocket if ``socket``."""
+        if socket:
+            client = Client(self.urls[at], name, **options)
+        else:
+            client = Client.attached(self.nodes[at], name, **options)
         await client.connect()
         self.clients.append(client)
         return client

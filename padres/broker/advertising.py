@@ -1,0 +1,293 @@
+"""Advertising: the advertisements made at a broker, and the trees they flood along.
+
+A client's advertisement floods the overlay (``RouteAdvertise``) along a tree rooted at its
+broker (``trees``), unless an advertisement made there already covers it: it then joins that
+one's tree unflooded, and is flooded in it when its cover is withdrawn. A database's replay
+offer floods the same way, into the trees of offers (``Broker.archives``). The client's ``ok``
+comes once the flood has settled (``echoes``).
+
+An advertisement from a neighbour is kept from its tree's parent only, and flooded on. A
+withdrawn one is remembered for ``BrokerConfig.memory`` seconds, so that a late copy still
+travelling a longer path of a cyclic overlay is not taken for a new one. A lost link takes with
+it the trees it was the parent of.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from itertools import islice
+from typing import Final
+
+from padres.broker.durable import Durables
+from padres.broker.echoes import Echoes
+from padres.broker.journal import Journal
+from padres.broker.routes import Covering, Out, Routes
+from padres.broker.session import LocalAdvertisement, Session
+from padres.broker.transactions import Transactions
+from padres.broker.trees import Tree, Trees
+from padres.matching.matcher import conforms
+from padres.matching.relations import covers
+from padres.model.messages import Advertisement, Unadvertise
+from padres.model.protocol import Echo, Error, Ok, ReplayOffer, RouteAdvertise, RouteUnadvertise
+
+__all__ = ["COVER_SCAN", "Advertising"]
+
+COVER_SCAN: Final = 64
+"""Local advertisements of the same class tried as covers of a new one, at most."""
+
+
+class Advertising:
+    """A broker's advertisement trees: those of its clients' advertisements and replay
+    offers, which it floods, and those its neighbours flooded to it."""
+
+    def __init__(
+        self,
+        broker_id: str,
+        trees: Trees,
+        archives: Trees,
+        routes: Routes,
+        echoes: Echoes,
+        journal: Journal,
+        durables: Durables,
+        transactions: Transactions,
+        peers: Mapping[str, str],
+        tagged: Callable[[list[Out]], list[Out]],
+        new_id: Callable[[], str],
+        memory: float,
+    ) -> None:
+        """``archives``: the trees of replay offers; ``peers``: the neighbour brokers by hop
+        (read, never changed); ``tagged``: the messages given, routing messages to neighbours
+        with their echo tokens; ``new_id``: a new overlay-wide id; ``memory``: seconds a
+        withdrawn advertisement's id is remembered."""
+        self.id = broker_id
+        self.trees = trees
+        self.archives = archives
+        self.routes = routes
+        self.echoes = echoes
+        self.journal = journal
+        self.durables = durables
+        self.transactions = transactions
+        self._peers = peers
+        self._tagged = tagged
+        self._new_id = new_id
+        self._memory = memory
+        self._local: dict[str, LocalAdvertisement] = {}
+        """The advertisements made here, by overlay-wide id."""
+        self._offers: dict[str, str] = {}
+        """Replay offers made here: id -> the offering client's hop."""
+        self._withdrawn: dict[str, float] = {}
+        """Withdrawn advertisements' ids -> when they were withdrawn."""
+        self._withdrawals: deque[tuple[float, str]] = deque()
+        """The same, oldest first."""
+
+    def __len__(self) -> int:
+        """How many advertisements were made here (replay offers are in ``archives``)."""
+        return len(self._local)
+
+    def expire(self, now: float) -> None:
+        """Forget the withdrawn advertisements remembered for longer than ``memory``."""
+        while self._withdrawals and self._withdrawals[0][0] < now - self._memory:
+            self._withdrawn.pop(self._withdrawals.popleft()[1], None)
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def advertise(self, adv: Advertisement, session: Session) -> list[Out]:
+        if adv.id in session.advertisements:
+            return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
+        # Each advertising gets an id of its own (a withdrawn one is not taken again), but an
+        # advertisement made again by the same publisher keeps its tree: positions in the
+        # journal stay meaningful to the durable subscriptions that follow it, and what they
+        # were recovering when the publisher left is asked for again when it is back.
+        gid = self._new_id()
+        tree_id = self.journal.tree_of(session.name, adv.id) or gid
+        session.advertisements[adv.id] = gid
+        self.journal.remember_tree(session.name, adv.id, tree_id)
+        mine = Advertisement(gid, adv.filter)
+        hider = self._local_coverer(mine)
+        out: list[Out] = []
+        if hider is None:
+            self._local[gid] = LocalAdvertisement(session.hop, tree_id)
+            self.trees.add(mine, tree_id, session.hop, (self.id,))
+            out += self._flood(RouteAdvertise(mine, tree_id, (self.id,)))
+        else:
+            tree = self._local[hider].tree
+            self._local[gid] = LocalAdvertisement(session.hop, tree, hidden_by=hider)
+            self._local[hider].hides.add(gid)
+            self.trees.add(mine, tree, session.hop, (self.id,))
+        out = self._tagged(out + self.routes.tree_grew(self._local[gid].tree, adv.filter))
+        tokens = self._flood_tokens(hider or gid)
+        return out + self.echoes.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
+        )
+
+    def _local_coverer(self, adv: Advertisement) -> str | None:
+        if self.routes.covering is Covering.OFF:
+            return None
+        # Only one of the same class can cover it; covering saves routing state but is never
+        # needed, so the search is bounded: advertising stays linear in the advertisements.
+        for gid in islice(self.trees.of_class(adv.filter.class_name), COVER_SCAN):
+            local = self._local.get(gid)
+            if local is not None and local.hidden_by is None:
+                tree = self.trees.get(local.tree)
+                if tree is not None and covers(tree.advertisements[gid].filter, adv.filter):
+                    return gid
+        return None
+
+    def unadvertise(self, unadv: Unadvertise, session: Session, now: float) -> list[Out]:
+        aid = unadv.advertisement_id
+        gid = session.advertisements.pop(aid, None)
+        if gid is None:
+            return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
+        self.journal.forget_tree(session.name, aid)
+        return [*self.withdraw(gid, now), (session.hop, Ok(aid))]
+
+    def offer(self, offer: ReplayOffer, session: Session) -> list[Out]:
+        adv = offer.advertisement
+        if adv.id in session.advertisements:
+            return [(session.hop, Error(f"advertisement {adv.id!r} already exists", adv.id))]
+        gid = session.advertisements[adv.id] = self._new_id()
+        self._offers[gid] = session.hop
+        tree = self.archives.add(
+            Advertisement(gid, adv.filter), gid, session.hop, (self.id,), session.name, offer.period
+        )
+        out = self._tagged(self._offer_tree(tree))
+        tokens = self._flood_tokens(gid)
+        return out + self.echoes.wait(
+            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
+        )
+
+    def withdraw(self, gid: str, now: float) -> list[Out]:
+        """Withdraw a local advertisement; the ones it hid are flooded (in its tree) first."""
+        if self._offers.pop(gid, None) is not None:
+            self.archives.remove(gid)
+            self._forget(gid, now)
+            return self._flood(RouteUnadvertise(gid, gid))
+        out = self._strand(gid)
+        local = self._local.pop(gid)
+        if local.hidden_by is not None:
+            self._local[local.hidden_by].hides.discard(gid)
+        else:
+            tree = self.trees.holding(gid)
+            for hidden in sorted(local.hides):
+                self._local[hidden].hidden_by = None
+                adv = tree.advertisements[hidden]
+                out += self._flood(RouteAdvertise(adv, tree.id, tree.path))
+            out += self._flood(RouteUnadvertise(gid, local.tree))
+        self._forget(gid, now)
+        self.trees.remove(gid)
+        return out + self.routes.tree_shrank(local.tree)
+
+    def _strand(self, gid: str) -> list[Out]:
+        """Abort the open transactions that hold a publication only the local advertisement
+        ``gid`` takes down its tree: once it is withdrawn, their commit would go nowhere."""
+        tree = self.trees.holding(gid)
+        rest = [a.filter for aid, a in tree.advertisements.items() if aid != gid]
+        return self.transactions.withdrawing(
+            tree.id, lambda pub: any(conforms(flt, pub) for flt in rest)
+        )
+
+    # -- neighbours --------------------------------------------------------------------------
+
+    def arrive(self, message: RouteAdvertise, hop: str) -> list[Out]:
+        """An advertisement flooded by the neighbour on ``hop``: kept and flooded on if it
+        comes from its tree's parent; the echo goes back once the flood below has settled."""
+        # Durable subscriptions ask for what they missed before the echo goes back.
+        out = self._tagged(self._arrive(message, hop) + self.durables.sync())
+        if not message.echo:
+            return out
+        # Wait only for the flood below a copy from the tree's parent: waiting on copies that
+        # crossed a cycle could wait in a circle.
+        tree = self._tree_of(message.advertisement.id)
+        below = tree is not None and tree.parent == hop
+        tokens = self._flood_tokens(message.advertisement.id) if below else set()
+        return out + self.echoes.wait(tokens, hop, lambda inc: (hop, Echo(message.echo, inc)))
+
+    def _arrive(self, message: RouteAdvertise, hop: str) -> list[Out]:
+        adv = message.advertisement
+        trees = self.archives if message.replay else self.trees
+        if self.id in message.path or adv.id in self._withdrawn or self._tree_of(adv.id):
+            return []
+        tree = trees.get(message.tree)
+        if tree is not None and tree.parent != hop:
+            return []  # the copy from the tree's parent is the one that counts
+        path = (*message.path, self.id)
+        tree = trees.add(adv, message.tree, hop, path, message.replay, message.period)
+        forward = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
+        out = self._flood(forward, hop)
+        if message.replay:
+            return out
+        return out + self.routes.tree_grew(tree.id, adv.filter)
+
+    def depart(self, message: RouteUnadvertise, hop: str, now: float) -> list[Out]:
+        """An advertisement withdrawn by the neighbour on ``hop``."""
+        tree = self._tree_of(message.advertisement_id)
+        if tree is None:
+            return []
+        if tree.parent != hop:
+            if message.lost and self._peers[hop] not in tree.path:
+                # The neighbour lost the tree with a failed link; it can have it through us.
+                return self._offer_tree(tree, hop)
+            return []
+        (self.archives if tree.replay else self.trees).remove(message.advertisement_id)
+        if not message.lost:
+            self._forget(message.advertisement_id, now)
+        out = self._flood(message, hop)
+        return out if tree.replay else out + self.routes.tree_shrank(tree.id)
+
+    def link_opened(self, hop: str, name: str) -> list[Out]:
+        """The trees the new neighbour ``name`` on ``hop`` does not have, offered to it."""
+        out: list[Out] = []
+        for tree in [*self.trees, *self.archives]:
+            if tree.parent != hop and name not in tree.path:
+                out += self._offer_tree(tree, hop)
+        return out
+
+    def link_lost(self, hop: str) -> list[Out]:
+        """The link on ``hop`` is gone: the trees it was the parent of are withdrawn from the
+        other neighbours, as lost (one that still reaches them by another path offers them
+        back)."""
+        out: list[Out] = []
+        for trees in (self.trees, self.archives):
+            for tree in trees:
+                if tree.parent == hop:
+                    for aid in list(tree.advertisements):
+                        trees.remove(aid)
+                        out += self._flood(RouteUnadvertise(aid, tree.id, lost=True), hop)
+                    if trees is self.trees:
+                        out += self.routes.tree_shrank(tree.id)
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _tree_of(self, advertisement_id: str) -> Tree | None:
+        return self.trees.tree_of(advertisement_id) or self.archives.tree_of(advertisement_id)
+
+    def _forget(self, advertisement_id: str, now: float) -> None:
+        self._withdrawn[advertisement_id] = now
+        self._withdrawals.append((now, advertisement_id))
+
+    def _offer_tree(self, tree: Tree, hop: str | None = None) -> list[Out]:
+        """The tree's advertisements, to ``hop`` or flooded to every neighbour."""
+        out: list[Out] = []
+        for adv in self._flooded(tree):
+            message = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
+            out += [(hop, message)] if hop is not None else self._flood(message)
+        return out
+
+    def _flooded(self, tree: Tree) -> Iterable[Advertisement]:
+        """The tree's advertisements that went out (not those hidden here by covering)."""
+        for aid, adv in tree.advertisements.items():
+            local = self._local.get(aid)
+            if local is None or local.hidden_by is None:
+                yield adv
+
+    def _flood(self, message: RouteAdvertise | RouteUnadvertise, source: str = "") -> list[Out]:
+        path = message.path if isinstance(message, RouteAdvertise) else ()
+        peers = self._peers.items()
+        return [(hop, message) for hop, name in peers if hop != source and name not in path]
+
+    def _flood_tokens(self, advertisement_id: str) -> set[str]:
+        """The echoes an advertisement's flood still waits for."""
+        pending = (self.echoes.pending((advertisement_id, hop)) for hop in self._peers)
+        return {token for token in pending if token is not None}

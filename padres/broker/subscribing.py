@@ -1,0 +1,249 @@
+"""Subscribing: the subscriptions made at a broker, and those its neighbours route through it.
+
+A client's subscription is routed up every tree holding an advertisement it overlaps
+(``routes``). A durable one is kept in the journal and catches up on what it missed
+(``durable``). A composite one is matched here, by the broker's Rete network; its parts are
+routed as plain subscriptions. One with a time window is *watched* (``history``): its past is
+asked of the databases, and the parts that reach into the future are routed for their live
+publications. The client's ``ok`` comes once the routes have settled (``echoes``); so does the
+echo of a subscription a neighbour sent up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from padres.broker.dead_letters import DeadLetterQueues
+from padres.broker.durable import Durables
+from padres.broker.echoes import Echoes
+from padres.broker.guard import Guard, routing_filter
+from padres.broker.history import History, Watch, composite_network
+from padres.broker.routes import Out, Routes, Sink
+from padres.broker.session import Session
+from padres.broker.trees import Trees
+from padres.matching.rete_matcher import to_composite
+from padres.model.messages import CompositeSubscription, Filter, Subscription, Unsubscribe
+from padres.model.protocol import Durable, Echo, Error, Ok, RouteSubscribe, Visibility
+from padres.security.accounts import Account
+from rete import CompositeLimits, Network
+
+__all__ = ["LocalComposite", "Subscribing"]
+
+
+class LocalComposite(NamedTuple):
+    """A composite subscription made at this broker, matched here."""
+
+    owner: str
+    """Its client's hop."""
+    local_id: str
+    """The client's id for it."""
+    parts: tuple[str, ...]
+    """The overlay-wide ids of its parts, routed as plain subscriptions."""
+
+
+class Subscribing:
+    """The subscriptions of a broker's clients, and the routing of its neighbours'."""
+
+    def __init__(
+        self,
+        routes: Routes,
+        trees: Trees,
+        network: Network,
+        limits: CompositeLimits,
+        echoes: Echoes,
+        history: History,
+        durables: Durables,
+        dead_letters: DeadLetterQueues,
+        guard: Guard | None,
+        tagged: Callable[[list[Out]], list[Out]],
+        new_id: Callable[[], str],
+    ) -> None:
+        """``network``: matches the composite subscriptions, within ``limits``; ``guard``:
+        bounds the past a subscriber may read (None: any); ``tagged``: the messages given,
+        routing messages to neighbours with their echo tokens; ``new_id``: a new overlay-wide
+        id."""
+        self.routes = routes
+        self.trees = trees
+        self.network = network
+        self.limits = limits
+        self.echoes = echoes
+        self.history = history
+        self.durables = durables
+        self.dead_letters = dead_letters
+        self.guard = guard
+        self._tagged = tagged
+        self._new_id = new_id
+        self.composites: dict[str, LocalComposite] = {}
+        """The composite subscriptions matched here (watched ones are not), by overlay-wide
+        id."""
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        sub: Subscription,
+        session: Session,
+        now: float,
+        visibility: Visibility = Visibility.ON_COMMIT,
+    ) -> list[Out]:
+        taken = _taken(sub.id, session)
+        if taken:
+            return taken
+        if visibility is not Visibility.ON_COMMIT and sub.filter.window is not None:
+            why = (
+                f"subscription {sub.id!r} has a time window: it sees committed publications "
+                f"only, it cannot have visibility {visibility.value}"
+            )
+            return [(session.hop, Error(why, sub.id))]
+        if visibility is not Visibility.ON_COMMIT:
+            session.visibility[sub.id] = visibility
+        gid = session.subscriptions[sub.id] = self._new_id()
+        if sub.filter.window is not None:
+            watch = Watch(session.hop, sub.id)
+            return self._watch(watch, gid, [(gid, sub.filter)], session.account, now)
+        out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
+        out += self.dead_letters.resume(session.name, sub.id)
+        return self._acknowledged(out, [gid], session.hop, sub.id)
+
+    def durable(self, message: Durable, session: Session, now: float) -> list[Out]:
+        sid = message.subscription.id
+        taken = _taken(sid, session)
+        if taken:
+            return taken
+        if message.subscription.filter.window is not None:
+            why = f"durable subscription {sid!r} cannot have a time window"
+            return [(session.hop, Error(why, sid))]
+        try:
+            out, gid = self.durables.attach(
+                session.name,
+                session.hop,
+                message.subscription,
+                message.acked,
+                now,
+                message.visibility,
+            )
+        except ValueError as exc:
+            return [(session.hop, Error(str(exc), sid))]
+        out = self._tagged(out + self.durables.sync() + self.dead_letters.resume(session.name, sid))
+        tokens = self._route_tokens(gid) | self.durables.pending(gid)
+        return out + self.echoes.wait(tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc)))
+
+    def subscribe_composite(
+        self, sub: CompositeSubscription, session: Session, now: float
+    ) -> list[Out]:
+        taken = _taken(sub.id, session)
+        if taken:
+            return taken
+        gid = session.composites[sub.id] = self._new_id()
+        if any(flt.window is not None for flt in sub.filters):
+            watch = Watch(session.hop, sub.id, network=composite_network(sub, self.limits))
+            filters = [(f"{gid}:{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
+            return self._watch(watch, gid, filters, session.account, now)
+        self.network.add(gid, to_composite(sub))
+        parts = tuple(f"{gid}:{i}" for i in range(len(sub.filters)))
+        self.composites[gid] = LocalComposite(session.hop, sub.id, parts)
+        out: list[Out] = []
+        for pid, flt in zip(parts, sub.filters, strict=True):
+            out += self.routes.add_local(Subscription(pid, routing_filter(flt)), session.hop, None)
+        return self._acknowledged(out, parts, session.hop, sub.id)
+
+    def _watch(
+        self,
+        watch: Watch,
+        gid: str,
+        parts: list[tuple[str, Filter]],
+        account: Account | None,
+        now: float,
+    ) -> list[Out]:
+        """A subscription with a time window: ask the databases for its past, and route the
+        parts that reach into the future as live subscriptions whose matches go to history.
+        The past is bounded by the history grants of the subscriber's ``account``, if any
+        (``guard``)."""
+        bounds = {}
+        if self.guard is not None and account is not None:
+            bounds = {pid: self.guard.not_before(account, flt, now) for pid, flt in parts}
+        out = self.history.watch(gid, watch, parts, now, bounds)
+        live = [pid for pid, _ in parts if watch.feeds[pid].live]
+        for pid, flt in parts:
+            if pid in live:
+                out += self.routes.add_own(Subscription(pid, flt), Sink.HISTORY)
+        out = self._acknowledged(out, live, watch.owner, watch.local_id)
+        return [*out, *watch.report()]
+
+    def _acknowledged(
+        self, outs: list[Out], route_ids: Iterable[str], hop: str, ref: str
+    ) -> list[Out]:
+        """``outs``, and ``Ok(ref)`` to ``hop`` once the routes ``route_ids`` have settled."""
+        outs = self._tagged(outs)
+        tokens: set[str] = set()
+        for rid in route_ids:
+            tokens |= self._route_tokens(rid)
+        return outs + self.echoes.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
+
+    def unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
+        sid = unsub.subscription_id
+        gid = session.drop(sid)
+        if gid is None and self.durables.has(session.name, sid):
+            return [*self.durables.drop(session.name, sid), (session.hop, Ok(sid))]
+        if gid is None:
+            return [(session.hop, Error(f"no subscription {sid!r}", sid))]
+        return [*self.drop(gid), (session.hop, Ok(sid))]
+
+    def drop(self, gid: str) -> list[Out]:
+        """Forget the subscription of overlay-wide id ``gid`` (plain, composite or watched)
+        and withdraw its routes."""
+        out: list[Out] = []
+        if gid in self.history.watches:
+            watch = self.history.unwatch(gid)
+            for pid, feed in watch.feeds.items():
+                if feed.live:
+                    out += self.routes.remove_local(pid)
+        elif gid in self.composites:
+            parts = self.composites.pop(gid).parts
+            self.network.remove(gid)
+            for pid in parts:
+                out += self.routes.remove_local(pid)
+        else:
+            out += self.routes.remove_local(gid)
+        return out
+
+    # -- neighbours --------------------------------------------------------------------------
+
+    def arrive(self, message: RouteSubscribe, hop: str) -> list[Out]:
+        """A subscription sent up by the neighbour on ``hop``: routed on toward the roots of
+        its trees; the echo goes back once those forwards have settled."""
+        out = self._tagged(self.routes.arrive(message.subscription, hop, message.trees))
+        if not message.echo:
+            return out
+        tokens = self._route_tokens(message.subscription.id, message.trees)
+        return out + self.echoes.wait(tokens, hop, lambda inc: (hop, Echo(message.echo, inc)))
+
+    def _route_tokens(self, route_id: str, trees: Iterable[str] | None = None) -> set[str]:
+        """The echoes a route still waits for: its own forwards toward the roots of ``trees``
+        (all its trees when None), or those of the subscriptions it is hidden behind."""
+        route = self.routes.get(route_id)
+        if route is None:
+            return set()
+        if trees is None:
+            trees = set(route.trees).union(*route.arrivals.values())
+        tokens: set[str] = set()
+        for t in trees:
+            tree = self.trees.get(t)
+            if tree is None:
+                continue
+            slot = (tree.parent, t)
+            token = self.echoes.pending((route_id, slot))
+            coverer = route.hidden_by.get(slot)
+            if token is None and coverer is not None:
+                token = self.echoes.pending((coverer, slot))
+            if token is not None:
+                tokens.add(token)
+        return tokens
+
+
+def _taken(sid: str, session: Session) -> list[Out]:
+    """The error refusing a new subscription ``sid`` if the client has one by that id."""
+    if sid in session.subscriptions or sid in session.composites:
+        return [(session.hop, Error(f"subscription {sid!r} already exists", sid))]
+    return []
