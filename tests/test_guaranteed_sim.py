@@ -256,6 +256,7 @@ def test_a_durable_subscription_made_before_the_overlay_is_linked_misses_nothing
         c.connect()
     sim.run()
     assert "d" in sub.client.acks
+    sim.tick(0.1)  # longer than the recovery below takes to reach A (see ``Recover.age``)
     for _ in range(10):
         pub.publish()  # nothing routes them to C yet: A's journal has them
     sim.run()
@@ -263,6 +264,53 @@ def test_a_durable_subscription_made_before_the_overlay_is_linked_misses_nothing
     sim.run()
     sub.collect()
     assert [n for _, n in sub.got] == list(range(10))
+
+
+def _late_subscriber(sim: Simulation, before: int, after: int) -> Subscriber:
+    """A chain A-B, C not yet linked: ``before`` guaranteed publications at A, a durable
+    subscription made at C, ``after`` more; then C is linked and first meets the tree."""
+    for name in "ABC":
+        sim.add_broker(name)
+    sim.link("A", "B")
+    sim.run()
+    pub = Publisher(sim, sim.attach("pa", "A"))
+    pub.connect()
+    sim.run()
+    for _ in range(before):
+        pub.publish()
+        sim.run()
+    sim.tick(1.0)
+    sub = Subscriber(sim, sim.attach("sc", "C"))
+    sub.connect()
+    sim.run()
+    sim.tick(1.0)
+    for _ in range(after):
+        pub.publish()
+    sim.run()
+    sim.link("B", "C")
+    sim.run()
+    sub.collect()
+    return sub
+
+
+def test_a_durable_subscription_first_meeting_a_long_tree_takes_none_of_its_past() -> None:
+    """The first recovery spans several rounds (``Recover.limit`` each) of what was published
+    before the subscription was made: every round keeps its starting point."""
+    before = 2 * Recover(
+        "r", parse_subscription("[class,eq,'T']", id="s"), "t", 0
+    ).limit + 500
+    sub = _late_subscriber(Simulation(11), before, 10)
+    assert [n for _, n in sub.got] == list(range(before, before + 10))
+
+
+@pytest.mark.parametrize("skew", [-30.0, -5.0, 5.0, 30.0])
+def test_a_first_contact_compares_no_two_brokers_clocks(skew: float) -> None:
+    """The subscriber's broker's clock is ``skew`` seconds off the publisher's: the first
+    recovery still takes exactly what was published after the subscription was made."""
+    sim = Simulation(12, clock=T0.timestamp())
+    sim.skew["C"] = skew
+    sub = _late_subscriber(sim, 20, 20)
+    assert [n for _, n in sub.got] == list(range(20, 40))
 
 
 def test_a_durable_queue_over_its_limit_discards_the_oldest_and_says_so(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from padres.client.connection import Client, Delivery
 from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess, free_ports
 from tests.support import wait_linked
+
+pytestmark = pytest.mark.anyio
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
 
@@ -161,3 +164,42 @@ async def test_padres_pub_guaranteed_run_twice_publishes_twice(
             assert isinstance(delivery, Notify)
             got.append(int(delivery.publication.attributes["n"]))
     assert got == [1, 2]
+
+
+@pytest.mark.parametrize("skew", [-30.0, 30.0])
+async def test_a_first_contact_across_skewed_clocks_loses_nothing_and_leaks_nothing(
+    tmp_path: Path, skew: float
+) -> None:
+    """C's clock runs ``skew`` seconds off A's, and C is cut off from A (B, between them, is
+    not up) while a durable subscription is made at C: when B comes up and C first meets A's
+    tree, the subscription gets exactly what A accepted after it was made."""
+    if shutil.which("faketime") is None:
+        pytest.skip("a skewed clock needs libfaketime's 'faketime' command (apt: faketime)")
+    ports = dict(zip("ABC", free_ports(3), strict=True))
+    url = {name: f"ws://127.0.0.1:{port}" for name, port in ports.items()}
+    options = ["--heartbeat", "1"]
+    a = BrokerProcess("A", port=ports["A"], options=options)
+    b = BrokerProcess("B", port=ports["B"], neighbours=[url["A"]], options=options)
+    c = BrokerProcess("C", port=ports["C"], neighbours=[url["B"]], options=options, skew=skew)
+    try:
+        a.start()
+        c.start()
+        async with Client(a.url, "shop") as shop, Client(c.url, "manager") as manager:
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+            for n in range(20):
+                await shop.publish({"class": "T", "n": n}, guaranteed=True)
+            await shop.flush(10)
+            await asyncio.sleep(1.0)
+            got = _Received()
+            await manager.subscribe("[class,eq,'T']", got, durable="orders")
+            await asyncio.sleep(1.0)
+            for n in range(20, 40):
+                await shop.publish({"class": "T", "n": n}, guaranteed=True)
+            await shop.flush(10)
+            await asyncio.to_thread(b.start)
+            await _wait(lambda: got.complete({"shop@A": 20}), 20)
+            await asyncio.sleep(1.0)
+            assert got.by_publisher.get("shop@A") == list(range(20, 40))
+    finally:
+        for proc in (a, b, c):
+            proc.stop()

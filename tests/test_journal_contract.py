@@ -59,8 +59,8 @@ def _record(name: str = "d", owner: str = "c@B") -> DurableRecord:
     return DurableRecord(owner, parse_subscription("[class,eq,'T']", id=name))
 
 
-def _ids(rows: list[tuple[int, int, Publication, str]]) -> list[tuple[int, int, str, str]]:
-    return [(pos, recent, pub.id, tx) for pos, recent, pub, tx in rows]
+def _ids(rows: list[tuple[int, Publication, str]]) -> list[tuple[int, str, str]]:
+    return [(pos, pub.id, tx) for pos, pub, tx in rows]
 
 
 def _listed(entries: list[ExceptionEntry]) -> list[tuple[int, str, str, int, bool]]:
@@ -79,11 +79,12 @@ def test_a_publication_is_recorded_once_by_publisher_and_id(journal: Journal) ->
     assert journal.recorded("p@A", "p1") and not journal.recorded("p@A", "p9")
     assert journal.committed("p@A:t1") and not journal.committed("p@A:t2")
     assert not journal.committed("")
-    rows, lost = journal.since("t", 0, 10, at=12.0)
-    assert (_ids(rows), lost) == ([(1, 0, "p1", ""), (3, 1, "p1", "")], False)
-    assert _ids(journal.since("t", 1, 10)[0]) == [(3, 1, "p1", "")]
-    assert _ids(journal.since("u", 0, 10)[0]) == [(2, 1, "p2", "p@A:t1")]
-    assert journal.since("t", 0, 1)[0][0][2] == _pub(1)
+    rows, lost = journal.since("t", 0, 10, at=12.0)  # accepted at 12.0 or later
+    assert (_ids(rows), lost) == ([(3, "p1", "")], False)
+    assert _ids(journal.since("t", 0, 10)[0]) == [(1, "p1", ""), (3, "p1", "")]
+    assert _ids(journal.since("t", 1, 10)[0]) == [(3, "p1", "")]
+    assert _ids(journal.since("u", 0, 10)[0]) == [(2, "p2", "p@A:t1")]
+    assert journal.since("t", 0, 1)[0][0][1] == _pub(1)
 
 
 def test_the_oldest_publications_go_past_the_retention(make: Make) -> None:

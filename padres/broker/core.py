@@ -165,7 +165,9 @@ class Broker:
         self._now = 0.0
         self._refreshed = 0.0
         self.journal = journal if journal is not None else MemoryJournal()
-        self.durables = Durables(self.journal, self.routes, self.trees, self.echoes, self._new_id)
+        self.durables = Durables(
+            self.journal, self.routes, self.trees, self.echoes, self._new_id, lambda: self._now
+        )
         self.durables.restore()
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""

@@ -24,9 +24,12 @@ not asked (the tree is not, or no longer, known here, or the last request failed
 cursor: it may come along a route left over from an earlier path of the tree, ahead of
 publications that the recovery asked when the tree is followed again will bring, and these
 would then be taken for duplicates; it is left to that recovery. On a tree it never
-followed, a subscription asks for what was published since it was made (by the root's clock
-against its broker's: they are assumed to agree), so that an advertisement reaching it late,
-across an overlay still linking up, costs nothing. Every ``REFRESH`` seconds each durable
+followed, a subscription asks for what was published since it was made, so that an
+advertisement reaching it late, across an overlay still linking up, costs nothing: it sends
+its age by its own broker's clock, which the root counts back on its own (``Recover.age``),
+and every later round asks by position, so that no two brokers' clocks are compared. (The
+time the request spends on its way is not counted: what the root accepted in those
+milliseconds before it arrived is taken for older than the subscription.) Every ``REFRESH`` seconds each durable
 subscription also asks every root it follows again (``refresh``), so that a loss nothing else
 revealed is repaired within that time; a recovery still unanswered after ``STALLED`` such
 rounds is asked again too (its answer is then ignored if it comes), so that no tree waits for
@@ -231,12 +234,15 @@ class Durables:
         trees: Trees,
         echoes: Echoes,
         new_id: Callable[[], str],
+        now: Callable[[], float],
     ) -> None:
+        """``now``: the broker's time (Unix seconds, by its own clock)."""
         self.journal = journal
         self.routes = routes
         self.trees = trees
         self.echoes = echoes
         self._new_id = new_id
+        self._now = now
         self._durables: dict[tuple[str, str], _Durable] = {}
         self._owned: Counter[str] = Counter()
         """How many durable subscriptions each client keeps."""
@@ -520,7 +526,7 @@ class Durables:
             Subscription(durable.gid, durable.record.subscription.filter),
             tree_id,
             after or 0,
-            since=durable.record.created if after is None else 0.0,
+            age=max(0.0, self._now() - durable.record.created) if after is None else None,
         )
         # A recovery still under way (along an earlier path of the tree) is replaced: what
         # waits for it (a client's acknowledgement) waits for this one instead.
@@ -536,11 +542,12 @@ class Durables:
 
     def _answer(self, request: Recover) -> Recovered:
         """Answer ``request`` from this broker's journal (it is the tree's root)."""
-        rows, lost = self.journal.since(request.tree, request.after, request.limit, request.since)
+        since = 0.0 if request.age is None else self._now() - request.age
+        rows, lost = self.journal.since(request.tree, request.after, request.limit, since)
         more = len(rows) == request.limit
         last = rows[-1][0] if more else self.journal.head
         flt = request.subscription.filter
-        found = [(pos, pub, tx) for pos, recent, pub, tx in rows if recent and matches(flt, pub)]
+        found = [(pos, pub, tx) for pos, pub, tx in rows if matches(flt, pub)]
         return Recovered(
             request.request,
             request.tree,

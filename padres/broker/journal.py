@@ -69,9 +69,9 @@ Tag: TypeAlias = tuple[str, Outcome]
 """A transactional publication's transaction and outcome."""
 Queued: TypeAlias = tuple[int, Publication, Tag | None, int]
 """A delivery queued for a durable subscription: (number, publication, tag, bytes)."""
-Logged: TypeAlias = tuple[int, int, Publication, str]
-"""A guaranteed publication as ``since`` reads it: (position, 1 if it was accepted at the time
-asked for or later else 0, publication, the transaction it was committed with or "")."""
+Logged: TypeAlias = tuple[int, Publication, str]
+"""A guaranteed publication as ``since`` reads it: (position, publication, the transaction it
+was committed with or "")."""
 
 
 @dataclass
@@ -168,9 +168,9 @@ class Journal(Protocol):
     def since(
         self, tree: str, after: int, limit: int, at: float = 0.0
     ) -> tuple[list[Logged], bool]:
-        """Up to ``limit`` publications of ``tree`` after position ``after``, in order, and
-        whether some after ``after`` may be gone (older than the journal keeps); ``at``: see
-        ``Logged``."""
+        """Up to ``limit`` publications of ``tree`` after position ``after`` accepted at ``at``
+        (Unix seconds, by this broker's clock) or later, in order, and whether some after
+        ``after`` may be gone (older than the journal keeps)."""
         ...
 
     # -- trees of local advertisements -------------------------------------------------------

@@ -248,9 +248,15 @@ class MemoryJournal(Journal):
         positions = self._by_tree.get(tree, [])
         start = bisect_right(positions, after)
         oldest = self._log[0].pos if self._log else None
-        rows = [self._log[pos - (oldest or 0)] for pos in positions[start : start + limit]]
+        found: list[Logged] = []
+        for pos in positions[start:]:
+            row = self._log[pos - (oldest or 0)]
+            if row.at >= at:
+                found.append((row.pos, row.publication, row.tx))
+                if len(found) == limit:
+                    break
         lost = after > 0 and oldest is not None and oldest > after + 1
-        return [(r.pos, int(r.at >= at), r.publication, r.tx) for r in rows], lost
+        return found, lost
 
     def tree_of(self, publisher: str, advertisement: str) -> str | None:
         found = self._trees.get((publisher, advertisement))

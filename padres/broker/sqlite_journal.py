@@ -332,13 +332,13 @@ class SqliteJournal(Journal):
         self, tree: str, after: int, limit: int, at: float = 0.0
     ) -> tuple[list[Logged], bool]:
         rows = self._db.execute(
-            "SELECT pos, at >= ?, body, tx FROM log WHERE tree = ? AND pos > ? "
+            "SELECT pos, body, tx FROM log WHERE tree = ? AND pos > ? AND at >= ? "
             "ORDER BY pos LIMIT ?",
-            (at, tree, after, limit),
+            (tree, after, at, limit),
         ).fetchall()
         oldest = self._db.execute("SELECT min(pos) FROM log").fetchone()[0]
         lost = after > 0 and oldest is not None and oldest > after + 1
-        return [(pos, recent, _publication(body), tx) for pos, recent, body, tx in rows], lost
+        return [(pos, _publication(body), tx) for pos, body, tx in rows], lost
 
     def tree_of(self, publisher: str, advertisement: str) -> str | None:
         row = self._db.execute(

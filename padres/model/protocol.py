@@ -548,15 +548,18 @@ class RouteTxPublish(WireMessage, frozen=True, tag="route_tx_publish"):
 
 class Recover(WireMessage, frozen=True, tag="recover"):
     """A durable subscription's broker asks the root of ``tree`` for the guaranteed
-    publications matching ``subscription`` after journal position ``after``, accepted at
-    ``since`` (Unix seconds) or later."""
+    publications matching ``subscription`` after journal position ``after``.
+
+    ``age``, on a first contact with the tree: the subscription's age in seconds, by its own
+    broker's clock when it asked; the root takes only what it accepted since then, by its own
+    clock (``now - age``), so that no two brokers' clocks are ever compared."""
 
     request: str
     subscription: Subscription
     tree: str
     after: Count
     limit: Annotated[int, msgspec.Meta(ge=1)] = 1000
-    since: float = 0.0
+    age: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class Recovered(WireMessage, frozen=True, tag="recovered"):

@@ -115,6 +115,9 @@ class Simulation:
         self.journals: dict[str, Journal] = {}
         """Per broker, its journal: what a crash does not take."""
         self._runs: dict[str, int] = {}
+        self.skew: dict[str, float] = {}
+        """Per broker, how far its clock is from the simulation's, in seconds (a broker whose
+        clock is wrong)."""
 
     # -- building ----------------------------------------------------------------------------
 
@@ -235,10 +238,11 @@ class Simulation:
                 seen.append(message.publication)
             elif isinstance(message, Publication):
                 seen.append(message)
-        pump.walk(source, frame, self._next_millisecond)
+        skew = self.skew.get(target, 0.0)
+        pump.walk(source, frame, lambda: self._next_millisecond() + skew)
 
     def _next_millisecond(self) -> float:
-        """The brokers' time for the next message handled: one millisecond a message."""
+        """The time for the next message handled: one millisecond a message."""
         self._clock += 1e-3
         return self._clock
 
@@ -250,7 +254,7 @@ class Simulation:
         """Let ``seconds`` pass with no message, and give every broker a tick."""
         self._clock += seconds
         for name, broker in self.brokers.items():
-            self._emit(name, broker.tick(self._clock))
+            self._emit(name, broker.tick(self._clock + self.skew.get(name, 0.0)))
 
     @property
     def clock(self) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +19,16 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-__all__ = ["BrokerProcess", "DatabaseProcess", "free_ports", "wait_for_port"]
+__all__ = ["BrokerProcess", "DatabaseProcess", "faketime", "free_ports", "wait_for_port"]
+
+
+def faketime(skew: float) -> list[str]:
+    """The command prefix that runs a process with its clock ``skew`` seconds off this
+    machine's (libfaketime's ``faketime``); ``RuntimeError`` when it is not installed."""
+    command = shutil.which("faketime")
+    if command is None:
+        raise RuntimeError("a skewed clock needs libfaketime's 'faketime' command (apt: faketime)")
+    return [command, "-f", f"{skew:+g}s"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -47,16 +57,19 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
 class _Child:
     """A ``padres`` child process that prints a line matching ``ready`` once it is up."""
 
-    def __init__(self, name: str, ready: str, log: IO[bytes] | None) -> None:
+    def __init__(
+        self, name: str, ready: str, log: IO[bytes] | None, prefix: Sequence[str] = ()
+    ) -> None:
         self.name = name
         self._ready = re.compile(ready)
         self._log = log
+        self._prefix = list(prefix)
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _start(self, args: list[str], timeout: float) -> re.Match[str]:
         self.stop()  # a restart: let go of the previous process
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "padres.cli", *args],
+            [*self._prefix, sys.executable, "-m", "padres.cli", *args],
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -122,8 +135,11 @@ class BrokerProcess(_Child):
         neighbours: Sequence[str] = (),
         options: Sequence[str] = (),
         log: IO[bytes] | None = None,
+        skew: float = 0.0,
     ) -> None:
-        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log)
+        """``skew``: seconds its clock runs off this machine's (see ``faketime``)."""
+        prefix = faketime(skew) if skew else []
+        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, prefix)
         self.id = broker_id
         self.port = port
         self.neighbours = list(neighbours)
