@@ -296,9 +296,7 @@ def _late_subscriber(sim: Simulation, before: int, after: int) -> Subscriber:
 def test_a_durable_subscription_first_meeting_a_long_tree_takes_none_of_its_past() -> None:
     """The first recovery spans several rounds (``Recover.limit`` each) of what was published
     before the subscription was made: every round keeps its starting point."""
-    before = 2 * Recover(
-        "r", parse_subscription("[class,eq,'T']", id="s"), "t", 0
-    ).limit + 500
+    before = 2 * Recover("r", parse_subscription("[class,eq,'T']", id="s"), "t", 0).limit + 500
     sub = _late_subscriber(Simulation(11), before, 10)
     assert [n for _, n in sub.got] == list(range(before, before + 10))
 

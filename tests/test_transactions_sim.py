@@ -377,7 +377,7 @@ def test_a_journal_written_before_transactions_opens_and_takes_them(tmp_path: Pa
     journal.enqueue(record, 1, _order(2), ("m@B:t1", Outcome.COMMITTED))
     journal.commit()
     rows, _ = journal.since("t", 0, 10)
-    assert [(pos, tx) for pos, _, _, tx in rows] == [(1, ""), (2, "m@B:t1")]
+    assert [(pos, tx) for pos, _, tx in rows] == [(1, ""), (2, "m@B:t1")]
     assert journal.committed("m@B:t1") and not journal.committed("m@B:t2")
     tags = [tag for _, _, tag, _ in journal.queued(record, 0, 10)]
     assert tags == [("m@B:t1", Outcome.COMMITTED)]
@@ -406,7 +406,7 @@ def test_a_commit_the_journal_fails_on_writes_none_of_it(monkeypatch: pytest.Mon
         broker.handle(TxCommit("t1", 3), "shop", sim.clock)
     journal.commit()  # as the runtime does once the frame is handled
     assert not journal.committed("shop@A:t1")
-    assert [pub.id for _, _, pub, _ in journal.since(_tree(broker), 0, 10)[0]] == ["p99"]
+    assert [pub.id for _, pub, _ in journal.since(_tree(broker), 0, 10)[0]] == ["p99"]
     monkeypatch.setattr(journal, "append", append)
     sim.send(shop, TxCommit("t1", 3))  # asked again, once the disk is back
     sim.run()

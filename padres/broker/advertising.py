@@ -17,24 +17,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
-from typing import Final
 
 from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.journal import Journal
-from padres.broker.routes import Covering, Out, Routes
+from padres.broker.routes import COVER_SCAN, Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.transactions import Transactions
 from padres.broker.trees import Tree, Trees
 from padres.matching.matcher import conforms
 from padres.matching.relations import covers
 from padres.model.messages import Advertisement, Unadvertise
-from padres.model.protocol import Echo, Error, Ok, ReplayOffer, RouteAdvertise, RouteUnadvertise
+from padres.model.protocol import Error, Ok, ReplayOffer, RouteAdvertise, RouteUnadvertise
 
-__all__ = ["COVER_SCAN", "Advertising"]
-
-COVER_SCAN: Final = 64
-"""Local advertisements of the same class tried as covers of a new one, at most."""
+__all__ = ["Advertising"]
 
 
 class Advertising:
@@ -117,9 +113,7 @@ class Advertising:
             self.trees.add(mine, tree, session.hop, (self.id,))
         out = self._tagged(out + self.routes.tree_grew(self._local[gid].tree, adv.filter))
         tokens = self._flood_tokens(hider or gid)
-        return out + self.echoes.wait(
-            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
-        )
+        return out + self.echoes.ok(tokens, session.hop, adv.id)
 
     def _local_coverer(self, adv: Advertisement) -> str | None:
         if self.routes.covering is Covering.OFF:
@@ -153,9 +147,7 @@ class Advertising:
         )
         out = self._tagged(self._offer_tree(tree))
         tokens = self._flood_tokens(gid)
-        return out + self.echoes.wait(
-            tokens, session.hop, lambda inc: (session.hop, Ok(adv.id, inc))
-        )
+        return out + self.echoes.ok(tokens, session.hop, adv.id)
 
     def withdraw(self, gid: str, now: float) -> list[Out]:
         """Withdraw a local advertisement; the ones it hid are flooded (in its tree) first."""
@@ -201,7 +193,7 @@ class Advertising:
         tree = self._tree_of(message.advertisement.id)
         below = tree is not None and tree.parent == hop
         tokens = self._flood_tokens(message.advertisement.id) if below else set()
-        return out + self.echoes.wait(tokens, hop, lambda inc: (hop, Echo(message.echo, inc)))
+        return out + self.echoes.relay(tokens, hop, message.echo)
 
     def _arrive(self, message: RouteAdvertise, hop: str) -> list[Out]:
         adv = message.advertisement

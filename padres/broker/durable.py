@@ -29,11 +29,12 @@ advertisement reaching it late, across an overlay still linking up, costs nothin
 its age by its own broker's clock, which the root counts back on its own (``Recover.age``),
 and every later round asks by position, so that no two brokers' clocks are compared. (The
 time the request spends on its way is not counted: what the root accepted in those
-milliseconds before it arrived is taken for older than the subscription.) Every ``REFRESH`` seconds each durable
-subscription also asks every root it follows again (``refresh``), so that a loss nothing else
-revealed is repaired within that time; a recovery still unanswered after ``STALLED`` such
-rounds is asked again too (its answer is then ignored if it comes), so that no tree waits for
-ever on an answer lost on the way.
+milliseconds before it arrived is taken for older than the subscription.)
+
+Every ``REFRESH`` seconds each durable subscription also asks every root it follows again
+(``refresh``), so that a loss nothing else revealed is repaired within that time; a recovery
+still unanswered after ``STALLED`` such rounds is asked again too (its answer is then ignored
+if it comes), so that no tree waits for ever on an answer lost on the way.
 
 A transaction's publications (``transactions``) are queued by the subscription's visibility
 (``visibility``), with their transaction and outcome; committed ones are guaranteed
@@ -50,11 +51,12 @@ from typing import Any, Final
 
 from padres.broker.echoes import Echoes
 from padres.broker.journal import DurableRecord, Journal, Queued, Tag
+from padres.broker.producers import Producers
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
 from padres.matching.matcher import matches
-from padres.model.messages import Publication, Subscription
+from padres.model.messages import Origin, Publication, Subscription
 from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
 
 __all__ = [
@@ -154,6 +156,10 @@ class _Durable:
     holds them too; those before the first are read back from it."""
     recent_bytes: int = 0
     memory: _Memory = field(default_factory=_Memory)
+    producers: Producers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.producers = Producers(self.record.producers)
 
     def keep(self, seq: int, pub: Publication, tag: Tag | None, size: int) -> None:
         """Keep delivery ``seq``, just queued and not sent, in memory (``recent``), the oldest
@@ -454,6 +460,9 @@ class Durables:
         return self._queue(durable, pub, tag)
 
     def _queue(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
+        origin = pub.origin
+        if isinstance(origin, Origin) and not durable.producers.take(origin.producer, origin.seq):
+            return []  # sent again by its producer, through another broker: had already
         record = durable.record
         seq = record.next
         record.next += 1

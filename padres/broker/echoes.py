@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from padres.broker.routes import Out
+from padres.model.protocol import Echo, Ok
 
 __all__ = ["Echoes"]
 
@@ -97,6 +98,14 @@ class Echoes:
         for token in pending:
             self._sent[token].waiters.add(key)
         return []
+
+    def ok(self, tokens: Iterable[str], hop: str, ref: str) -> list[Out]:
+        """Acknowledge request ``ref`` to the client on ``hop`` once ``tokens`` have echoed."""
+        return self.wait(tokens, hop, lambda incomplete: (hop, Ok(ref, incomplete)))
+
+    def relay(self, tokens: Iterable[str], hop: str, echo: str) -> list[Out]:
+        """Echo ``echo`` back to the neighbour on ``hop`` once ``tokens`` have echoed."""
+        return self.wait(tokens, hop, lambda incomplete: (hop, Echo(echo, incomplete)))
 
     def echo(self, token: str, hop: str, incomplete: tuple[str, ...] = ()) -> list[Out]:
         """``hop`` echoed ``token``; returns the replies of the waits now complete."""

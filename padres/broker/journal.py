@@ -43,6 +43,7 @@ from typing import Final, Protocol, TypeAlias
 
 import orjson
 
+from padres.broker.producers import Ranges
 from padres.model.classes import Schema
 from padres.model.codec import to_dict
 from padres.model.messages import Publication, Subscription
@@ -93,6 +94,8 @@ class DurableRecord:
     """When it was made (Unix seconds): what it asks the roots of new trees for."""
     visibility: Visibility = Visibility.ON_COMMIT
     """Which transactional publications it sees."""
+    producers: Ranges = field(default_factory=dict)
+    """The guaranteed publications it has taken, by producer (``padres.broker.producers``)."""
 
     @property
     def name(self) -> str:

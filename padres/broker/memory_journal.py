@@ -97,7 +97,8 @@ class _DeadLetter:
 
 
 def _copy(record: DurableRecord) -> DurableRecord:
-    return replace(record, cursors=dict(record.cursors))
+    producers = {p: [list(r) for r in ranges] for p, ranges in record.producers.items()}
+    return replace(record, cursors=dict(record.cursors), producers=producers)
 
 
 def _assign(table: dict[_K, _V], key: _K, value: _V | None) -> None:

@@ -39,6 +39,7 @@ from rete.operators import Op
 __all__ = ["COVER_SCAN", "Covering", "Matches", "Out", "Route", "Routes", "Sink"]
 
 COVER_SCAN: Final = 64
+"""Routes (or local advertisements) of the same class tried as covers of a new one, at most."""
 
 Out: TypeAlias = tuple[str, Envelope]
 """A message to send, and the hop to send it to."""

@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS exception_queues (
 _COLUMNS: Final = (
     ("log", "tx", "TEXT NOT NULL DEFAULT ''"),
     ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
+    ("durables", "producers", "BLOB NOT NULL DEFAULT '{}'"),
 )
 """Columns added since the first schema: a journal written before gets them when opened."""
 _RUN_DELIVERIES: Final = 1_000
@@ -382,10 +383,10 @@ class SqliteJournal(Journal):
     def durables(self) -> Iterator[DurableRecord]:
         self._write_unsaved()
         rows = self._db.execute(
-            "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility "
-            "FROM durables"
+            "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility, "
+            "producers FROM durables"
         ).fetchall()
-        for owner, sub, cursors, nxt, acked, discarded, created, visibility in rows:
+        for owner, sub, cursors, nxt, acked, discarded, created, visibility, producers in rows:
             subscription = decode(sub)
             if not isinstance(subscription, Subscription):
                 raise JournalError("the journal holds a durable subscription it cannot read")
@@ -398,6 +399,7 @@ class SqliteJournal(Journal):
                 discarded,
                 created,
                 Visibility(visibility),
+                orjson.loads(producers),
             )
 
     def save(self, record: DurableRecord) -> None:
@@ -417,14 +419,15 @@ class SqliteJournal(Journal):
                 record.discarded,
                 record.created,
                 record.visibility.value,
+                orjson.dumps(record.producers),
             )
             for record in self._unsaved.values()
         ]
         self._unsaved.clear()
         self._db.executemany(
             "INSERT OR REPLACE INTO durables "
-            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "(owner, name, subscription, cursors, next, acked, discarded, created, visibility, "
+            "producers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
 

@@ -24,7 +24,7 @@ from padres.broker.session import Session
 from padres.broker.trees import Trees
 from padres.matching.rete_matcher import to_composite
 from padres.model.messages import CompositeSubscription, Filter, Subscription, Unsubscribe
-from padres.model.protocol import Durable, Echo, Error, Ok, RouteSubscribe, Visibility
+from padres.model.protocol import Durable, Error, Ok, RouteSubscribe, Visibility
 from padres.security.accounts import Account
 from rete import CompositeLimits, Network
 
@@ -127,7 +127,7 @@ class Subscribing:
             return [(session.hop, Error(str(exc), sid))]
         out = self._tagged(out + self.durables.sync() + self.dead_letters.resume(session.name, sid))
         tokens = self._route_tokens(gid) | self.durables.pending(gid)
-        return out + self.echoes.wait(tokens, session.hop, lambda inc: (session.hop, Ok(sid, inc)))
+        return out + self.echoes.ok(tokens, session.hop, sid)
 
     def subscribe_composite(
         self, sub: CompositeSubscription, session: Session, now: float
@@ -179,7 +179,7 @@ class Subscribing:
         tokens: set[str] = set()
         for rid in route_ids:
             tokens |= self._route_tokens(rid)
-        return outs + self.echoes.wait(tokens, hop, lambda inc: (hop, Ok(ref, inc)))
+        return outs + self.echoes.ok(tokens, hop, ref)
 
     def unsubscribe(self, unsub: Unsubscribe, session: Session) -> list[Out]:
         sid = unsub.subscription_id
@@ -217,7 +217,7 @@ class Subscribing:
         if not message.echo:
             return out
         tokens = self._route_tokens(message.subscription.id, message.trees)
-        return out + self.echoes.wait(tokens, hop, lambda inc: (hop, Echo(message.echo, inc)))
+        return out + self.echoes.relay(tokens, hop, message.echo)
 
     def _route_tokens(self, route_id: str, trees: Iterable[str] | None = None) -> set[str]:
         """The echoes a route still waits for: its own forwards toward the roots of ``trees``

@@ -83,6 +83,7 @@ from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
     Filter,
+    Origin,
     Publication,
     Subscription,
     Unadvertise,
@@ -353,7 +354,7 @@ class Client:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         name: str = "client",
         *,
         on_error: Callable[[Error], Any] | None = None,
@@ -383,14 +384,18 @@ class Client:
         subscription says otherwise (see the module docstring: a plain subscription then
         drops, a durable one makes the client stop reading). ``transport``: how to reach the
         broker, if not by a WebSocket to ``url`` (which then only names the broker in messages;
-        see ``attached``)."""
+        see ``attached``).
+
+        ``url``: a broker's endpoint, or several brokers' of one overlay, tried in turn when
+        connecting and reconnecting (failing over from one that is lost to the next); the
+        one connected to is ``url`` then."""
         check_limits(max_pending, max_pending_bytes)
+        urls = [url] if isinstance(url, str) else list(url)
         if transport is None:
-            self.url = websocket_url(url)
-            tls = client_context(tls_ca) if secure(self.url) else None
-            transport = dial(self.url, timeout=timeout, tls=tls)
-        else:
-            self.url = url
+            urls = [websocket_url(u) for u in urls]
+            tls = client_context(tls_ca) if any(map(secure, urls)) else None
+            transport = dial(urls, timeout=timeout, tls=tls)
+        self.url = urls[0]
         self._dial = transport
         self.name = name
         self.credentials = Credentials(user, password, token)
@@ -412,7 +417,10 @@ class Client:
         self.on_replay = on_replay
         self.max_unacked = max_unacked
         self._instance = os.urandom(8).hex()
-        """Makes the ids of guaranteed publications differ from those of an earlier run."""
+        """Makes the ids of publications differ from those of an earlier run."""
+        self._producer = f"{name}.{self._instance}"
+        """This run as the producer of guaranteed publications (``Publication.origin``)."""
+        self._sequence = itertools.count(1)
         self._unacked: dict[str, Publication] = {}
         """Guaranteed publications sent and not yet acknowledged, in the order sent."""
         self._transactions: dict[str, Transaction] = {}
@@ -464,6 +472,7 @@ class Client:
     async def _open(self) -> None:
         """Dial, say hello, and wait for the welcome."""
         transport = self._transport = await self._dial()
+        self.url = transport.url
         self._welcome = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(self._read(transport))
         await transport.send(encode_frame([self.credentials.hello(self.name)]))
@@ -773,6 +782,7 @@ class Client:
         while len(self._unacked) >= self.max_unacked:
             self._room.clear()
             await self._room.wait()
+        publications = [self._numbered(p) for p in publications]
         for pub in publications:
             self._unacked[pub.id] = pub
         self._idle.clear()
@@ -783,6 +793,13 @@ class Client:
         except ConnectionLost:
             if not self.reconnect:
                 raise  # else kept, and sent again once the connection is back
+
+    def _numbered(self, pub: Publication) -> Publication:
+        """A guaranteed publication as this run's next (``Publication.origin``), unless it is
+        numbered already: sent again, through whichever broker, it is still taken once."""
+        if isinstance(pub.origin, Origin):
+            return pub
+        return replace(pub, origin=Origin(self._producer, next(self._sequence)))
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every guaranteed publication sent has been acknowledged by the broker."""

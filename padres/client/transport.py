@@ -7,7 +7,7 @@ the broker as a socket's frames (decoding limits, authentication, the bounded cl
 its eviction), so that a client behaves alike on either.
 
 A transport is made by a *dialler* (``Dialler``): the client calls it to connect, and again to
-reconnect.
+reconnect. A dialler of several brokers' endpoints (``dial``) fails over between them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -37,6 +37,8 @@ ATTACHED_FRAMES: Final = 4
 class Transport(Protocol):
     """One connection to a broker."""
 
+    url: str
+    """What it is connected to."""
     reason: str
     """Why the connection ended, once it has (the broker's last word, if it said one)."""
 
@@ -82,21 +84,31 @@ class WebSocketTransport:
         await self._ws.close()
 
 
-def dial(url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Dialler:
-    """A dialler of the WebSocket endpoint ``url``: ``ConnectError`` if it cannot connect."""
+def dial(urls: Sequence[str], *, timeout: float, tls: ssl.SSLContext | None) -> Dialler:
+    """A dialler of the WebSocket endpoints ``urls`` (of brokers of one overlay): it tries
+    each in turn, starting with the last that answered; ``ConnectError`` if none does."""
+    if not urls:
+        raise ValueError("no broker URL to dial")
+    order = list(urls)
 
     async def connected() -> Transport:
-        try:
-            ws = await connect(
-                url,
-                max_size=4 * MAX_FRAME_BYTES,
-                open_timeout=timeout,
-                compression=None,
-                ssl=tls,
-            )
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise ConnectError(f"cannot connect to {url}: {exc}") from exc
-        return WebSocketTransport(url, ws)
+        failures = []
+        for url in list(order):
+            try:
+                ws = await connect(
+                    url,
+                    max_size=4 * MAX_FRAME_BYTES,
+                    open_timeout=timeout,
+                    compression=None,
+                    ssl=tls,
+                )
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                failures.append(f"{url}: {exc}")
+                continue
+            order.remove(url)
+            order.insert(0, url)
+            return WebSocketTransport(url, ws)
+        raise ConnectError(f"cannot connect to {'; '.join(failures)}")
 
     return connected
 
@@ -113,6 +125,7 @@ class AttachedTransport:
         self, node: BrokerNode, account: Account | None = None, trusted: bool = False
     ) -> None:
         self.node = node
+        self.url = f"{node.broker.id} (in this process)"
         self.reason = ""
         self._frames: deque[bytes] = deque()
         self._changed = asyncio.Event()

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn, TypeAlias, TypeGuard
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from msgspec.structs import force_setattr
 
 from padres.errors import InvalidMessage
@@ -47,6 +48,7 @@ __all__ = [
     "Expression",
     "Filter",
     "Message",
+    "Origin",
     "Predicate",
     "Publication",
     "Subscription",
@@ -605,6 +607,16 @@ def checked_before(checked: bool = True) -> Iterator[None]:
         _CHECKED.reset(token)
 
 
+class Origin(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Who made a guaranteed publication, whichever broker it goes through: its producer (a
+    publisher's run) and its number in that run (1, 2, ...). Durable subscriptions take each
+    once, so that a publisher may send again through any broker what one did not
+    acknowledge. Written ``[producer, seq]``."""
+
+    producer: str
+    seq: Annotated[int, msgspec.Meta(ge=1)]
+
+
 class Publication(WireMessage, frozen=True, tag="publication"):
     """An attribute/value set with a mandatory string ``class``, and a header."""
 
@@ -612,6 +624,9 @@ class Publication(WireMessage, frozen=True, tag="publication"):
     attributes: Mapping[str, Value]
     timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
     publisher: str = ""
+    """Set by the broker it was published at: ``<client>@<broker>``."""
+    origin: Origin | UnsetType = UNSET
+    """Of a guaranteed publication, when its publisher numbers them (the client does)."""
 
     def __post_init__(self) -> None:
         if _CHECKED.get():
@@ -620,6 +635,8 @@ class Publication(WireMessage, frozen=True, tag="publication"):
         check_id(self.id, "publication id")
         if self.publisher:
             check_id(self.publisher, "publisher id")
+        if isinstance(self.origin, Origin):
+            check_id(self.origin.producer, "producer id")
         if self.timestamp.tzinfo is None:
             raise InvalidMessage("publication timestamp must carry a time zone")
         if self.timestamp.year in (1, 9999):  # only there can the shift to UTC overflow

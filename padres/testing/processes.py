@@ -8,27 +8,35 @@ real socket, started by the project's own command.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from typing import IO
+from collections.abc import Mapping, Sequence
+from typing import IO, Final
 
 __all__ = ["BrokerProcess", "DatabaseProcess", "faketime", "free_ports", "wait_for_port"]
 
 
-def faketime(skew: float) -> list[str]:
-    """The command prefix that runs a process with its clock ``skew`` seconds off this
-    machine's (libfaketime's ``faketime``); ``RuntimeError`` when it is not installed."""
-    command = shutil.which("faketime")
-    if command is None:
-        raise RuntimeError("a skewed clock needs libfaketime's 'faketime' command (apt: faketime)")
-    return [command, "-f", f"{skew:+g}s"]
+FAKETIME_LIBRARIES: Final = (
+    "/usr/lib/*/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+)
+"""Where libfaketime (multi-threaded) is installed (Debian's ``faketime`` package, or built)."""
+
+
+def faketime(skew: float) -> dict[str, str]:
+    """The environment that runs a process with its clock ``skew`` seconds off this machine's
+    (libfaketime, preloaded); ``RuntimeError`` when it is not installed."""
+    found = [path for pattern in FAKETIME_LIBRARIES for path in glob.glob(pattern)]
+    if not found:
+        raise RuntimeError("a skewed clock needs libfaketime (Debian: apt-get install faketime)")
+    return {"LD_PRELOAD": found[0], "FAKETIME": f"{skew:+g}s"}
 
 
 def free_ports(count: int) -> list[int]:
@@ -58,21 +66,21 @@ class _Child:
     """A ``padres`` child process that prints a line matching ``ready`` once it is up."""
 
     def __init__(
-        self, name: str, ready: str, log: IO[bytes] | None, prefix: Sequence[str] = ()
+        self, name: str, ready: str, log: IO[bytes] | None, env: Mapping[str, str] | None = None
     ) -> None:
         self.name = name
         self._ready = re.compile(ready)
         self._log = log
-        self._prefix = list(prefix)
+        self._env = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _start(self, args: list[str], timeout: float) -> re.Match[str]:
         self.stop()  # a restart: let go of the previous process
         self._proc = subprocess.Popen(
-            [*self._prefix, sys.executable, "-m", "padres.cli", *args],
+            [sys.executable, "-m", "padres.cli", *args],
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self._env},
         )
         assert self._proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -138,8 +146,8 @@ class BrokerProcess(_Child):
         skew: float = 0.0,
     ) -> None:
         """``skew``: seconds its clock runs off this machine's (see ``faketime``)."""
-        prefix = faketime(skew) if skew else []
-        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, prefix)
+        env = faketime(skew) if skew else None
+        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, env)
         self.id = broker_id
         self.port = port
         self.neighbours = list(neighbours)
