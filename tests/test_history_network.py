@@ -135,3 +135,42 @@ async def test_hybrid_and_historic_subscriptions_with_publishers_running(
         assert proc.returncode == 0, err
         assert len(out.splitlines()) == published // 2
         assert f"replayed {published // 2} from D1@B, D2@C" in err.decode()
+
+
+async def test_every_run_of_a_publisher_is_kept_in_history(tmp_path: Path) -> None:
+    """Three runs of ``padres pub`` and ten of a Python publisher, each numbering its
+    publications from the start under the same name: history keeps every one once."""
+    broker = BrokerProcess("B")
+    url = broker.start()
+    db = DatabaseProcess("D", url, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
+    try:
+        db.start()
+        start = datetime.now(UTC) - timedelta(seconds=1)
+        async with Client(url, "manager") as manager:
+            await _offers_reach(manager, 1)
+            for run in range(3):
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "padres.cli", "pub", "--broker", url, "--name",
+                    "shop", f"[class,'Order'],[run,{run}]",
+                )  # fmt: skip
+                assert await proc.wait() == 0
+            for run in range(3, 13):
+                async with Client(url, "shop") as shop:
+                    await shop.advertise(ORDERS)
+                    await shop.publish({"class": "Order", "run": run})
+            got: list[Publication] = []
+
+            async def stored() -> bool:
+                window = (
+                    f"[time,>=,'{start.isoformat()}'],[time,<,'{datetime.now(UTC).isoformat()}']"
+                )
+                past = await manager.subscribe(f"{ORDERS},{window}")
+                got[:] = [d.publication async for d in past if isinstance(d, Notify)]
+                return len(got) >= 13
+
+            await eventually(stored)
+        assert sorted(int(p.attributes["run"]) for p in got) == list(range(13))
+        assert len({p.id for p in got}) == 13
+    finally:
+        db.stop()
+        broker.stop()
