@@ -9,14 +9,13 @@ import contextlib
 from typing import Any
 
 from padres.cli.bench import data_and_json, show
+from padres.cli.client import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, ParseError
 from padres.language.parser import parse_filter
 from padres.model.printer import format_filter
 from padres.runtime import collector
-
-DEFAULT_BROKER = "ws://127.0.0.1:8001"
 
 
 def register(commands: Any) -> None:

@@ -395,3 +395,23 @@ async def test_each_run_of_padres_pub_publishes_under_ids_of_its_own(
             assert done.returncode == 0, done.stderr
         ids = [(await seen.get(10)).publication.id for _ in range(2)]  # type: ignore[union-attr]
     assert ids[0] != ids[1] and all(i.startswith("p1.") for i in ids)
+
+
+async def test_padres_pub_given_several_brokers_uses_the_first_that_answers(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    url = _start(brokers, "B")
+    (dead,) = free_ports(1)
+    async with Client(url, "watcher") as watcher:
+        seen = await watcher.subscribe("[class,eq,'T']")
+        urls = ["--broker", f"ws://127.0.0.1:{dead}", "--broker", url]
+        command = _padres("pub", *urls, "--name", "shop", "[class,'T'],[v,1]")
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        got = await seen.get(10)
+    assert isinstance(got, Notify) and got.publication.publisher == "shop@B"
+    command = _padres("pub", "--broker", f"ws://127.0.0.1:{dead}", "[class,'T'],[v,1]")
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+    assert (
+        done.returncode != 0 and f"cannot connect to ws://127.0.0.1:{dead}" in done.stderr.decode()
+    )

@@ -37,6 +37,9 @@ from padres.model.printer import format_filter, format_message
 from padres.model.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
 from rete.operators import Op
 
+DEFAULT_BROKER: Final = "ws://127.0.0.1:8001"
+"""The broker the client commands and database nodes dial unless told another."""
+
 SHELL_HELP = """commands (PADRES' own):
   a FILTER        advertise             s FILTER        subscribe
   p PUBLICATION   publish               cs COMPOSITE    composite subscribe
@@ -101,8 +104,10 @@ def register(commands: Any) -> None:
 def _connection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--broker",
-        default="ws://127.0.0.1:8001",
-        help="broker URL, ws://host:port (wss:// for TLS)",
+        action="append",
+        metavar="URL",
+        help=f"broker URL, ws://host:port (wss:// for TLS; default {DEFAULT_BROKER}); given "
+        "several times, brokers of one overlay tried in turn, and failed over to",
     )
     p.add_argument(
         "--name", default=None, help="client name (default: the user, else the command's name)"
@@ -141,8 +146,9 @@ async def _connect(
             refused.append(error)
 
     given = credentials(args)
+    brokers = args.broker or [DEFAULT_BROKER]
     client = Client(
-        args.broker,
+        brokers,
         args.name or given.user or default_name,
         on_error=report,
         reconnect=reconnect,
@@ -154,7 +160,7 @@ async def _connect(
     try:
         return await client.connect()
     except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
-        raise CommandError(f"cannot connect to {args.broker}: {exc}") from None
+        raise CommandError(f"cannot connect to {', '.join(brokers)}: {exc}") from None
 
 
 def _print_error(error: Error) -> None:
