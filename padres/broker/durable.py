@@ -51,7 +51,7 @@ from typing import Any, Final
 
 from padres.broker.echoes import Echoes
 from padres.broker.journal import DurableRecord, Journal, Queued, Tag
-from padres.broker.producers import Producers
+from padres.broker.producers import take
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
@@ -156,10 +156,6 @@ class _Durable:
     holds them too; those before the first are read back from it."""
     recent_bytes: int = 0
     memory: _Memory = field(default_factory=_Memory)
-    producers: Producers = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.producers = Producers(self.record.producers)
 
     def keep(self, seq: int, pub: Publication, tag: Tag | None, size: int) -> None:
         """Keep delivery ``seq``, just queued and not sent, in memory (``recent``), the oldest
@@ -461,7 +457,9 @@ class Durables:
 
     def _queue(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
         origin = pub.origin
-        if isinstance(origin, Origin) and not durable.producers.take(origin.producer, origin.seq):
+        if isinstance(origin, Origin) and not take(
+            durable.record.producers, origin.producer, origin.seq
+        ):
             return []  # sent again by its producer, through another broker: had already
         record = durable.record
         seq = record.next

@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Final
 
-__all__ = ["MAX_PRODUCERS", "MAX_RANGES", "Producers", "Ranges"]
+__all__ = ["MAX_PRODUCERS", "MAX_RANGES", "Ranges", "take"]
 
 MAX_PRODUCERS: Final = 1_000
 """Producers remembered per durable subscription, at most."""
@@ -30,39 +30,34 @@ Ranges = dict[str, list[list[int]]]
 the producer heard from last at the end (as the journal keeps them)."""
 
 
-class Producers:
-    """The numbers taken per producer, over ``ranges`` (changed in place)."""
-
-    def __init__(self, ranges: Ranges) -> None:
-        self.ranges = ranges
-
-    def take(self, producer: str, seq: int) -> bool:
-        """Whether publication ``seq`` of ``producer`` is new here; it is taken either way."""
-        taken = self.ranges.pop(producer, None)
-        if taken is None:
-            taken = []
-            if len(self.ranges) >= MAX_PRODUCERS:
-                del self.ranges[next(iter(self.ranges))]
-        self.ranges[producer] = taken
-        if taken and taken[-1][1] + 1 == seq:  # the usual case: the next one
-            taken[-1][1] = seq
-            return True
-        i = bisect_right(taken, seq, key=_first) - 1  # the last range starting at or before it
-        if i >= 0 and taken[i][1] >= seq:
-            return False
-        joins_left = i >= 0 and taken[i][1] + 1 == seq
-        joins_right = i + 1 < len(taken) and taken[i + 1][0] == seq + 1
-        if joins_left and joins_right:
-            taken[i][1] = taken.pop(i + 1)[1]
-        elif joins_left:
-            taken[i][1] = seq
-        elif joins_right:
-            taken[i + 1][0] = seq
-        else:
-            taken.insert(i + 1, [seq, seq])
-            if len(taken) > MAX_RANGES:
-                del taken[0]
+def take(ranges: Ranges, producer: str, seq: int) -> bool:
+    """Whether publication ``seq`` of ``producer`` is new in ``ranges``; it is taken (into
+    ``ranges``, changed in place) either way."""
+    taken = ranges.pop(producer, None)
+    if taken is None:
+        taken = []
+        if len(ranges) >= MAX_PRODUCERS:
+            del ranges[next(iter(ranges))]
+    ranges[producer] = taken
+    if taken and taken[-1][1] + 1 == seq:  # the usual case: the next one
+        taken[-1][1] = seq
         return True
+    i = bisect_right(taken, seq, key=_first) - 1  # the last range starting at or before it
+    if i >= 0 and taken[i][1] >= seq:
+        return False
+    joins_left = i >= 0 and taken[i][1] + 1 == seq
+    joins_right = i + 1 < len(taken) and taken[i + 1][0] == seq + 1
+    if joins_left and joins_right:
+        taken[i][1] = taken.pop(i + 1)[1]
+    elif joins_left:
+        taken[i][1] = seq
+    elif joins_right:
+        taken[i + 1][0] = seq
+    else:
+        taken.insert(i + 1, [seq, seq])
+        if len(taken) > MAX_RANGES:
+            del taken[0]
+    return True
 
 
 def _first(numbers: list[int]) -> int:
