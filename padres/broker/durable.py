@@ -456,12 +456,10 @@ class Durables:
         return self._queue(durable, pub, tag)
 
     def _queue(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
-        origin = pub.origin
-        if isinstance(origin, Origin) and not take(
-            durable.record.producers, origin.producer, origin.seq
-        ):
-            return []  # sent again by its producer, through another broker: had already
         record = durable.record
+        origin = pub.origin
+        if isinstance(origin, Origin) and not take(record.producers, origin.producer, origin.seq):
+            return []  # sent again by its producer, through another broker: had already
         seq = record.next
         record.next += 1
         size = self.journal.enqueue(record, seq, pub, tag)
