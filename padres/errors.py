@@ -279,7 +279,7 @@ EXTRAS: Final = {
     "starlette": "web",
     "prometheus_client": "web",
     "sqlalchemy": "history",
-    "psycopg": "history",
+    "psycopg": "postgres",
     "pyspark": "archive",
     "pyarrow": "archive",
     "nats": "dev",

@@ -3,17 +3,48 @@
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 from typing import Final
 
 import pytest
 import sqlalchemy
 
-__all__ = ["POSTGRES", "database_url", "drop_schema", "schema_url"]
+__all__ = [
+    "LIBPQ",
+    "POSTGRES",
+    "database_url",
+    "drop_schema",
+    "postgres_or_skip",
+    "reachable",
+    "schema_url",
+]
 
 POSTGRES: Final = os.environ.get(
     "PADRES_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+LIBPQ: Final = POSTGRES.replace("+psycopg", "")
+"""The same server as a libpq URL (``padres broker --journal``)."""
+
+
+@cache
+def reachable() -> bool:
+    """Whether the PostgreSQL server answers."""
+    try:
+        engine = sqlalchemy.create_engine(POSTGRES)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sqlalchemy.exc.OperationalError:
+        return False
+    return True
+
+
+def postgres_or_skip() -> None:
+    """Skip the test, saying why, when no PostgreSQL server answers."""
+    if not reachable():
+        pytest.skip(f"no PostgreSQL server reachable at {POSTGRES} (set PADRES_TEST_POSTGRES)")
 
 
 def schema_url(schema: str) -> str | None:
@@ -33,7 +64,7 @@ def schema_url(schema: str) -> str | None:
 def drop_schema(schema: str) -> None:
     engine = sqlalchemy.create_engine(POSTGRES)
     with engine.begin() as conn:
-        conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        conn.execute(sqlalchemy.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
     engine.dispose()
 
 

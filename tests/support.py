@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -45,11 +45,13 @@ def health(url: str, admin: tuple[str, str] | None = None) -> dict[str, Any]:
         return orjson.loads(r.read())["status"]  # type: ignore[no-any-return]
 
 
-def wait_linked(links: Iterable[str], urls: Mapping[str, str], timeout: float = 15.0) -> None:
-    """Wait until the brokers at ``urls`` (by name) have each link of ``links`` up ("AB": A and B
-    are neighbours). A broker listens before its links are up: the neighbour it dials may have
-    started after it, and it dials again after a backoff. Until then a publication is not
-    routed across the missing link."""
+def wait_linked(
+    links: Iterable[Sequence[str]], urls: Mapping[str, str], timeout: float = 15.0
+) -> None:
+    """Wait until the brokers at ``urls`` (by name) have each link of ``links`` up ("AB", or
+    ("A", "B"): A and B are neighbours). A broker listens before its links are up: the
+    neighbour it dials may have started after it, and it dials again after a backoff. Until
+    then a publication is not routed across the missing link."""
     wanted: dict[str, set[str]] = {name: set() for name in urls}
     for link in links:
         wanted[link[0]].add(link[1])

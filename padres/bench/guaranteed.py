@@ -22,7 +22,9 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +48,17 @@ class _Inbox:
 
 
 class _Chain:
-    """A - B - C, on fixed ports so that a broker can be restarted where it was."""
+    """A - B - C, on fixed ports so that a broker can be restarted where it was; ``options``
+    gives each broker's journal options by name; the brokers' ids are ``prefix`` and their
+    names."""
 
-    def __init__(self, data: Path, sync: Sync) -> None:
+    def __init__(self, options: Callable[[str], list[str]], prefix: str = "") -> None:
         ports = free_ports(3)
         self.procs: dict[str, BrokerProcess] = {}
         for i, name in enumerate("ABC"):
             neighbours = [f"ws://127.0.0.1:{ports[i - 1]}"] if i else []
-            options = ["--data", str(data / name), "--sync", sync.value]
             self.procs[name] = BrokerProcess(
-                name, port=ports[i], neighbours=neighbours, options=options
+                prefix + name, port=ports[i], neighbours=neighbours, options=options(name)
             )
 
     def __enter__(self) -> dict[str, str]:
@@ -151,23 +154,47 @@ async def _recovery(chain: _Chain, urls: dict[str, str], rate: float) -> dict[st
         }
 
 
-def run(count: int = 20_000, repeat: int = 3, rate: float = 2_000) -> dict[str, Any]:
-    """The figures (see the module docstring)."""
+def run(
+    count: int = 20_000, repeat: int = 3, rate: float = 2_000, journal: str | None = None
+) -> dict[str, Any]:
+    """The figures (see the module docstring); ``journal``: also with the brokers' journals in
+    PostgreSQL at this URL."""
     result: dict[str, Any] = {"machine": machine(), "count": count, "repeat": repeat}
     with tempfile.TemporaryDirectory(prefix="padres-bench-") as tmp:
-        for sync in Sync:
-            with _Chain(Path(tmp) / sync.value, sync) as urls:
+        for label, options, prefix in _journals(Path(tmp), journal):
+            with _Chain(options, prefix) as urls:
                 plain = [asyncio.run(_throughput(urls, count, False)) for _ in range(repeat)]
                 kept = [asyncio.run(_throughput(urls, count, True)) for _ in range(repeat)]
-            result[sync.value] = {
+            result[label] = {
                 "plain_per_s": round(statistics.median(plain)),
                 "guaranteed_per_s": round(statistics.median(kept)),
                 "ratio": round(statistics.median(kept) / statistics.median(plain), 3),
             }
-        chain = _Chain(Path(tmp) / "recovery", Sync.FULL)
+        chain = _Chain(lambda name: ["--data", str(Path(tmp) / "recovery" / name)])
         with chain as urls:
             result["recovery"] = asyncio.run(_recovery(chain, urls, rate))
     return result
+
+
+def _sqlite(tmp: Path, sync: Sync, name: str) -> list[str]:
+    return ["--data", str(tmp / sync.value / name), "--sync", sync.value]
+
+
+def _journals(tmp: Path, url: str | None) -> Iterator[tuple[str, Callable[[str], list[str]], str]]:
+    """Per journal measured, its label, each broker's options and the prefix of their ids:
+    SQLite with each ``--sync`` policy, then PostgreSQL at ``url`` if given, under ids of
+    this run only (their journals dropped afterwards)."""
+    for sync in Sync:
+        yield f"--sync {sync.value}", partial(_sqlite, tmp, sync), ""
+    if url is not None:
+        from padres.broker.postgres_journal import drop_journal
+
+        prefix = f"bench{os.urandom(3).hex()}"
+        try:
+            yield "--journal postgresql", lambda name: ["--journal", url], prefix
+        finally:
+            for name in "ABC":
+                drop_journal(url, prefix + name)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -175,12 +202,12 @@ def report(result: dict[str, Any]) -> str:
         f"{result['machine']}",
         f"3-broker chain, {result['count']:,} publications, median of {result['repeat']}:",
     ]
-    for sync in Sync:
-        r = result[sync.value]
-        lines.append(
-            f"  --sync {sync.value:<6} plain {r['plain_per_s']:>8,}/s   guaranteed "
-            f"{r['guaranteed_per_s']:>8,}/s   guaranteed/plain {r['ratio']:.2f}"
-        )
+    for label, r in result.items():
+        if isinstance(r, dict) and "ratio" in r:
+            lines.append(
+                f"  {label:<21} plain {r['plain_per_s']:>8,}/s   guaranteed "
+                f"{r['guaranteed_per_s']:>8,}/s   guaranteed/plain {r['ratio']:.2f}"
+            )
     rec = result["recovery"]
     lines.append(
         f"  B killed and restarted mid-stream: {rec['received']:,} of {rec['published']:,} "

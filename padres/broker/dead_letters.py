@@ -122,7 +122,7 @@ class DeadLetterQueues:
     def _failed(self, message: Failed, session: Session, now: float) -> list[Out]:
         key = (session.name, message.subscription)
         ok: list[Out] = [(session.hop, Ok(message.ref))]
-        error = message.error[:MAX_ERROR]
+        error = message.error[:MAX_ERROR].replace("\x00", "\ufffd")  # SQL text takes no NUL
         if message.entry:
             self._sent.get(key, {}).pop(message.entry, None)
             self._journal.update_dead_letter(

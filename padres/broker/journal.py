@@ -1,11 +1,13 @@
 """A broker's journal: what it has promised, kept where a crash of the broker does not take it.
 
-``Journal`` is the interface the broker core writes and reads it through; it has two
+``Journal`` is the interface the broker core writes and reads it through; it has three
 implementations:
 
 - ``padres.broker.sqlite_journal.SqliteJournal``: SQLite in WAL mode, on disk, for brokers
   that must keep their promises across a crash or a restart (``padres broker --data``), and
   in a temporary file for those that need not;
+- ``padres.broker.postgres_journal.PostgresJournal``: PostgreSQL, for brokers that another
+  process may replace on another machine (``padres broker --journal``);
 - ``padres.broker.memory_journal.MemoryJournal``: Python structures with the same semantics,
   for the simulation, the tests, and a ``Broker`` built without a journal. Its commits survive
   what the simulation calls a crash (``rollback``), not the process.

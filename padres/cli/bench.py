@@ -59,6 +59,12 @@ def register(commands: Any) -> None:
     g.add_argument("--count", type=int, default=20_000, help="publications per run")
     g.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
     g.add_argument("--rate", type=float, default=2_000, help="publications per second, recovery")
+    g.add_argument(
+        "--journal",
+        metavar="URL",
+        help="also measure with the brokers' journals in PostgreSQL at URL "
+        "(postgresql://user@host/db)",
+    )
     g.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     g.set_defaults(run=run_guaranteed)
     f = benches.add_parser(
@@ -106,7 +112,7 @@ def run_network(args: argparse.Namespace) -> int:
 
 
 def run_guaranteed(args: argparse.Namespace) -> int:
-    result = guaranteed.run(args.count, args.repeat, args.rate)
+    result = guaranteed.run(args.count, args.repeat, args.rate, args.journal)
     show(args, result, guaranteed.report)
     return 0
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from padres.broker import Broker
 from padres.broker.config import BrokerConfig
+from padres.broker.journal import Journal
 from padres.broker.sqlite_journal import SqliteJournal, Sync
 from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.logs import setup_logging
-from padres.errors import CommandError, JournalError
+from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
 from padres.security.accounts import Accounts, Credentials
@@ -81,6 +82,13 @@ def register(commands: Any) -> None:
         "DIR/journal.sqlite, so that they survive a restart (default: in memory)",
     )
     p.add_argument(
+        "--journal",
+        metavar="URL",
+        help="keep the journal in PostgreSQL at URL (postgresql://user@host/db), in a schema "
+        "named after the broker, so that a new process with the same id can take over if this "
+        "machine is lost (needs the postgres extra; not with --data; docs/guarantees.md)",
+    )
+    p.add_argument(
         "--sync",
         choices=[s.value for s in Sync],
         default=Sync.FULL.value,
@@ -141,14 +149,25 @@ def _tls(args: argparse.Namespace) -> ServerTLS | None:
     return None if args.tls_cert is None else ServerTLS(args.tls_cert, args.tls_key)
 
 
-def _journal(data: str | None, sync: Sync) -> SqliteJournal:
-    if data is None:
+def _journal(args: argparse.Namespace) -> Journal:
+    if args.journal is not None:
+        if args.data is not None:
+            raise CommandError("--journal and --data are two places for one journal: give one")
+        try:
+            from padres.broker.postgres_journal import PostgresJournal
+        except ModuleNotFoundError as exc:
+            raise CommandError(f"--journal: {missing(exc)}") from None
+        try:
+            return PostgresJournal(args.journal, args.id)
+        except JournalError as exc:
+            raise CommandError(f"--journal: {exc}") from None
+    if args.data is None:
         return SqliteJournal("")  # a temporary file: on disk, so bounded in memory, not kept
     try:
-        Path(data).mkdir(parents=True, exist_ok=True)
-        return SqliteJournal(str(Path(data) / "journal.sqlite"), sync=sync)
+        Path(args.data).mkdir(parents=True, exist_ok=True)
+        return SqliteJournal(str(Path(args.data) / "journal.sqlite"), sync=Sync(args.sync))
     except (OSError, JournalError) as exc:
-        raise CommandError(f"--data {data}: {exc}") from None
+        raise CommandError(f"--data {args.data}: {exc}") from None
 
 
 def _credentials(args: argparse.Namespace) -> Credentials:
@@ -164,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     broker = Broker(
         args.id,
         config=config_from_args(args, BrokerConfig, epoch=os.urandom(3).hex()),
-        journal=_journal(args.data, Sync(args.sync)),
+        journal=_journal(args),
         accounts=None if args.accounts is None else Accounts(args.accounts),
         credentials=_credentials(args),
     )
@@ -195,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
         _run_loop(node.serve(args.host, args.port, ready))
     except OSError as exc:
         print(f"padres broker: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    except JournalError as exc:
+        print(f"padres broker: stopped: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -48,7 +48,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from padres.broker import Broker, Out
-from padres.errors import AuthenticationError, DecodeError, missing
+from padres.errors import AuthenticationError, DecodeError, JournalError, missing
 from padres.model.protocol import (
     MAX_FRAME_BYTES,
     MAX_FRAME_MESSAGES,
@@ -186,6 +186,8 @@ class BrokerNode:
         """Where the node serves, once it does: host and port."""
         self.serving = False
         """Whether ``serve`` runs and has started: clients may connect."""
+        self.failure: JournalError | None = None
+        """Why the node stopped serving on its own: its journal failed (``_dispatch``)."""
         self.observers: list[Observer] = []
         self.services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         """Tasks that run while the node serves (started with it, cancelled with it)."""
@@ -298,6 +300,8 @@ class BrokerNode:
             if ready is not None:
                 ready(bound)
             await serving
+            if self.failure is not None:
+                raise self.failure
         finally:
             self.serving = False
             for task in tasks:
@@ -351,7 +355,7 @@ class BrokerNode:
             try:
                 if self.broker.guard is not None:
                     self.broker.guard.accounts.refresh()
-                self._pump.dispatch(self.broker.tick(time.time()))
+                self._dispatch(self.broker.tick(time.time()))
                 self._evict_laggards()
             except Exception:
                 log.exception("%s: failed on a tick", self.broker.id)
@@ -449,7 +453,7 @@ class BrokerNode:
 
     async def _hang_up(self, hop: str) -> None:
         connection = self._connections.pop(hop, None)
-        self._pump.dispatch(self.broker.close(hop))
+        self._dispatch(self.broker.close(hop))
         if connection is not None:
             connection.move(Phase.CLOSED)
             gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
@@ -521,7 +525,7 @@ class BrokerNode:
         _small_buffers(ws.transport.get_extra_info("socket"))
         hop = f"n{next(self._hops)}"
         self._open(hop, ws.send, ws.close, dialled=True)
-        self._pump.dispatch(self.broker.open_link(hop))
+        self._dispatch(self.broker.open_link(hop))
         keepalive = asyncio.get_running_loop().create_task(self._keepalive(ws, hop))
         try:
             await self._converse(hop, self._read_link(ws, hop))
@@ -586,7 +590,7 @@ class BrokerNode:
             )
         except DecodeError as exc:
             self._refused += 1
-            self._pump.dispatch([(hop, Error(f"frame refused: {exc}"))])
+            self._dispatch([(hop, Error(f"frame refused: {exc}"))])
             return []
         if len(items) > self.limits.frame_messages and not (connection and connection.link):
             self._refused += 1
@@ -594,7 +598,7 @@ class BrokerNode:
                 f"frame refused: it holds {len(items):,} messages; the limit is "
                 f"{self.limits.frame_messages:,} (send them in several frames)"
             )
-            self._pump.dispatch([(hop, Error(why))])
+            self._dispatch([(hop, Error(why))])
             return []
         return items
 
@@ -617,7 +621,7 @@ class BrokerNode:
                 observe(hop, handled)
             except Exception:  # counting must not cost what was handled
                 log.exception("%s: an observer failed", self.broker.id)
-        self._pump.dispatch(outs)
+        self._dispatch(outs)
         connection = self._connections.get(hop)
         if self.broker.guard is not None and not self.broker.greeted(hop) and connection:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
@@ -672,6 +676,19 @@ class BrokerNode:
         connection = self._connections.get(hop)
         if connection is not None and not connection.link and hop in self.broker.peers:
             self._link(connection)
+
+    def _dispatch(self, outs: list[Out]) -> None:
+        """Commit the journal and send ``outs`` (``Pump.dispatch``). A journal that cannot
+        commit stops the node: what the core has done since the last commit is neither kept
+        nor sent, and a broker started again takes up from what the journal holds."""
+        try:
+            self._pump.dispatch(outs)
+        except JournalError as exc:
+            if self.failure is None:
+                log.critical("%s: stopping: %s", self.broker.id, exc)
+                self.failure = exc
+            if self._server is not None:
+                self._server.should_exit = True
 
     def _queue(self, outs: list[Out]) -> None:
         """The pump's ``send``: each message into the send queue of its hop, encoded once
