@@ -58,6 +58,7 @@ from historic.schema import (
 )
 from padres.model.codec import from_dict, to_dict
 from padres.model.messages import Filter, Publication
+from padres.security.files import private_file
 
 __all__ = ["Rejection", "Store", "Written"]
 
@@ -137,9 +138,11 @@ class Store:
                 raise StoreError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
             if self.dialect == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
+                if self.engine.url.database not in (None, "", ":memory:"):
+                    private_file(self.engine.url.database)
             with self.engine.begin() as conn:
                 _prepare(conn)
-        except (SQLAlchemyError, StoreError) as exc:
+        except (SQLAlchemyError, StoreError, OSError) as exc:
             self.engine.dispose()
             if isinstance(exc, StoreError):
                 raise

@@ -19,6 +19,7 @@ from websockets.asyncio.client import connect
 
 from padres.broker import Broker, BrokerConfig
 from padres.broker.quotas import Quotas
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.client.connection import Client
 from padres.errors import DecodeError, InvalidMessage, PadresError, ParseError, RequestFailed
 from padres.language.batch import BatchReader
@@ -32,6 +33,7 @@ from padres.matching.matcher import matches
 from padres.model.codec import decode
 from padres.model.messages import (
     MAX_ATTRIBUTES,
+    MAX_COUNT,
     MAX_DEPTH,
     MAX_PARTS,
     MAX_PREDICATES,
@@ -48,9 +50,11 @@ from padres.model.messages import (
 from padres.model.protocol import (
     Durable,
     Error,
+    Guaranteed,
     Hello,
     Notify,
     Ok,
+    Rejected,
     Role,
     Welcome,
     decode_frame,
@@ -285,6 +289,23 @@ def test_durable_subscriptions_count_while_their_client_is_away() -> None:
     assert broker.handle(Subscription("s", Filter((CLASS,))), "h3")[-1] == ("h3", Ok("s"))
 
 
+@pytest.mark.parametrize("acked", [2**63 - 1, 2**53 + 1, 2**64])
+def test_counts_on_the_wire_are_bounded_so_a_journal_never_overflows(acked: int) -> None:
+    """A ``durable`` whose ``acked`` is past ``MAX_COUNT`` is refused, naming the field; one at
+    the bound is taken, and the broker's journal commits it and what follows."""
+    frame = encode_frame([Durable(Subscription("d", Filter((CLASS,))), acked=5)])
+    (refused,) = decode_frame(frame.replace(b'"acked":5', b'"acked":%d' % acked))
+    assert isinstance(refused, Rejected) and "acked" in str(refused.error)
+    broker = Broker("B1", journal=SqliteJournal())
+    broker.handle(Hello("c"), "h1")
+    taken = broker.handle(Durable(Subscription("d", Filter((CLASS,))), acked=MAX_COUNT), "h1")
+    assert taken[-1] == ("h1", Ok("d"))
+    broker.journal.commit()
+    broker.handle(Advertisement("a", Filter((CLASS,))), "h1")
+    broker.handle(Guaranteed(_pub(n=1)), "h1")
+    broker.journal.commit()
+
+
 def test_a_client_name_leaves_room_for_its_broker_in_the_publisher_id() -> None:
     """A client's publications carry ``name@broker`` as their publisher, which must be an id
     every receiver accepts."""
@@ -458,3 +479,29 @@ def test_a_neighbour_a_broker_dialled_cannot_greet_as_a_client() -> None:
     [(hop, refused)] = broker.handle(Hello("evil", Role.CLIENT), "n1")
     assert hop == "n1" and isinstance(refused, Error) and "greet as a broker" in refused.text
     assert not broker.sessions
+
+
+async def test_a_connection_says_hello_once_and_soon_or_is_closed() -> None:
+    """A frame with two hellos is refused whole (each would cost a password check); a
+    connection with no hello accepted ``hello_within`` seconds after it came is closed."""
+    node = BrokerNode(Broker("B1"), heartbeat=1, limits=node_module.Limits(hello_within=1.0))
+    port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    serving = asyncio.ensure_future(node.serve(ready=port.set_result))
+    url = f"ws://127.0.0.1:{await port}/ws"
+    try:
+        async with connect(url) as silent, connect(url) as greeted:
+            await silent.send(orjson.dumps([{"type": "hello", "name": f"c{i}"} for i in range(2)]))
+            assert "it holds 2 hellos" in orjson.loads(await silent.recv())[0]["text"]
+            await greeted.send(orjson.dumps({"type": "hello", "name": "c"}))
+            assert orjson.loads(await greeted.recv())[0]["type"] == "welcome"
+            started = time.monotonic()
+            last = orjson.loads(await asyncio.wait_for(silent.recv(), 5))[0]
+            assert "no hello accepted within 1 s" in last["text"]
+            await asyncio.wait_for(silent.wait_closed(), 5)
+            assert silent.close_code == 1008 and time.monotonic() - started < 3.5
+            await greeted.send(orjson.dumps({"type": "query", "what": "subscriptions"}))
+            assert orjson.loads(await greeted.recv())[0]["type"] != "error"  # still served
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving

@@ -22,6 +22,7 @@ from padres.broker.journal import RETENTION
 from padres.broker.sql_journal import INSERT_RUN, Run, SqlJournal
 from padres.errors import JournalError
 from padres.model.protocol import Outcome
+from padres.security.files import private_file
 
 __all__ = ["SqliteJournal", "Sync"]
 
@@ -80,6 +81,8 @@ class SqliteJournal(SqlJournal):
     ) -> None:
         """``retention``: guaranteed publications kept (``RETENTION``)."""
         try:
+            if path not in ("", ":memory:"):
+                private_file(path)
             db = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
             if path == "":  # see the module docstring
                 db.execute("PRAGMA journal_mode=MEMORY")
@@ -94,7 +97,7 @@ class SqliteJournal(SqlJournal):
             db.execute("CREATE INDEX IF NOT EXISTS log_tx ON log (tx) WHERE tx != ''")
             _take_old_queue(db)
             super().__init__(db, path, retention)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise JournalError(f"cannot open the journal {path}: {exc}") from exc
         self._sqlite = db
 

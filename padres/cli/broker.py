@@ -7,7 +7,6 @@ import asyncio
 import os
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from padres.broker import Broker
@@ -21,6 +20,7 @@ from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
 from padres.security.accounts import Accounts, Credentials
+from padres.security.files import private_directory
 from padres.security.tls import ServerTLS
 
 MIB = 1 << 20
@@ -164,8 +164,8 @@ def _journal(args: argparse.Namespace) -> Journal:
     if args.data is None:
         return SqliteJournal("")  # a temporary file: on disk, so bounded in memory, not kept
     try:
-        Path(args.data).mkdir(parents=True, exist_ok=True)
-        return SqliteJournal(str(Path(args.data) / "journal.sqlite"), sync=Sync(args.sync))
+        directory = private_directory(args.data)
+        return SqliteJournal(str(directory / "journal.sqlite"), sync=Sync(args.sync))
     except (OSError, JournalError) as exc:
         raise CommandError(f"--data {args.data}: {exc}") from None
 

@@ -46,6 +46,7 @@ from padres.model.messages import (
 from padres.model.printer import format_message
 from padres.model.protocol import Error, Notify
 from padres.model.times import parse_time
+from padres.security.files import private_directory
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 
 __all__ = ["Topology", "read_topology", "register"]
@@ -154,8 +155,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"--at: {exc}") from None
     batches = list(_batches(args.batches, topology))
     with ExitStack() as stack:
-        data = Path(args.data or stack.enter_context(tempfile.TemporaryDirectory()))
-        data.mkdir(parents=True, exist_ok=True)
+        data = private_directory(args.data or stack.enter_context(tempfile.TemporaryDirectory()))
         urls = _start(topology, data, stack)
         return asyncio.run(_run(topology, urls, batches, at, args.pause))
 

@@ -607,6 +607,11 @@ def checked_before(checked: bool = True) -> Iterator[None]:
         _CHECKED.reset(token)
 
 
+MAX_COUNT: Final = 2**53
+"""The largest count, sequence number or position a message may carry: arithmetic on it stays
+exact in every broker (a journal's 64-bit integers, a JSON reader's doubles)."""
+
+
 class Origin(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Who made a guaranteed publication, whichever broker it goes through: its producer (a
     publisher's run) and its number in that run (1, 2, ...). Durable subscriptions take each
@@ -614,7 +619,7 @@ class Origin(msgspec.Struct, frozen=True, array_like=True, gc=False):
     acknowledge. Written ``[producer, seq]``."""
 
     producer: str
-    seq: Annotated[int, msgspec.Meta(ge=1)]
+    seq: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
 
 
 class Publication(WireMessage, frozen=True, tag="publication"):

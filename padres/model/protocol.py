@@ -29,6 +29,7 @@ from padres.model.codec import (
     to_dict,
 )
 from padres.model.messages import (
+    MAX_COUNT,
     Advertisement,
     Filter,
     Message,
@@ -98,8 +99,9 @@ __all__ = [
     "websocket_url",
 ]
 
-Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
-"""A count, a sequence number or a journal position: never negative."""
+Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+"""A count, a sequence number or a journal position: never negative, never past
+``MAX_COUNT``."""
 
 
 class Role(StrEnum):
@@ -282,12 +284,12 @@ class Failed(WireMessage, frozen=True, tag="failed"):
     subscription: str
     publication: Publication
     error: str
-    attempts: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
     seq: Count = 0
-    entry: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    entry: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
 
 
-EntryId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+EntryId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
 """The id of an entry of an exception queue."""
 MAX_ENTRIES_NAMED: Final = 1000
 """Entries one ``Exceptions`` request may name."""
@@ -310,7 +312,7 @@ class Exceptions(WireMessage, frozen=True, tag="exceptions"):
     action: ExceptionAction = ExceptionAction.LIST
     entries: Annotated[tuple[EntryId, ...], msgspec.Meta(max_length=MAX_ENTRIES_NAMED)] = ()
     client: str = ""
-    after: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    after: Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)] = 0
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
 
 
@@ -558,7 +560,7 @@ class Recover(WireMessage, frozen=True, tag="recover"):
     subscription: Subscription
     tree: str
     after: Count
-    limit: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] = 1000
     age: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 

@@ -55,6 +55,8 @@ class Connection:
     phase: Phase = Phase.ACCEPTED
     heard: float = field(default_factory=time.monotonic)
     """When a frame last came from it (``time.monotonic()``)."""
+    opened: float = field(default_factory=time.monotonic)
+    """When it came (``time.monotonic()``)."""
 
     @property
     def link(self) -> bool:

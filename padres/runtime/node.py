@@ -117,6 +117,9 @@ class Limits:
     queries_per_second: float = 10.0
     """Queries of its tables a connection may make a second (each costs time in proportion to
     the tables); more are refused."""
+    hello_within: float = 5.0
+    """Seconds a connection may stay open before the broker has accepted its ``hello``; then
+    it is closed, so that connections that never say who they are hold nothing for long."""
 
 
 class _Keepalive(WebSocketsSansIOProtocol):
@@ -357,6 +360,7 @@ class BrokerNode:
                     self.broker.guard.accounts.refresh()
                 self._dispatch(self.broker.tick(time.time()))
                 self._evict_laggards()
+                self._close_strangers()
             except Exception:
                 log.exception("%s: failed on a tick", self.broker.id)
 
@@ -465,6 +469,19 @@ class BrokerNode:
         for box in [c.queue for c in self._connections.values()]:
             if box.droppable and not box.failing and box.over_for() >= self.limits.evict_after:
                 self._evict(box)
+
+    def _close_strangers(self) -> None:
+        """Connections that have not been accepted ``hello_within`` seconds after they came
+        are closed."""
+        limit = self.limits.hello_within
+        now = time.monotonic()
+        for hop, connection in list(self._connections.items()):
+            if now - connection.opened < limit or self.broker.greeted(hop):
+                continue
+            if connection.dialled or connection.queue.failing:
+                continue
+            why = f"closed: no hello accepted within {limit:g} s of connecting"
+            connection.queue.fail(1008, "no hello in time", Error(why))
 
     def _evict(self, box: SendQueue) -> None:
         self.evicted += 1
@@ -600,6 +617,12 @@ class BrokerNode:
             )
             self._dispatch([(hop, Error(why))])
             return []
+        hellos = sum(isinstance(item, Hello) for item in items)
+        if hellos > 1:
+            self._refused += 1
+            why = f"frame refused: it holds {hellos} hellos; a connection says hello once"
+            self._dispatch([(hop, Error(why))])
+            return []
         return items
 
     def submit(self, hop: str, items: Sequence[Envelope | Rejected]) -> None:
@@ -655,9 +678,9 @@ class BrokerNode:
             items = decode_frame(data)
         except DecodeError:
             return
-        for item in items:
-            if isinstance(item, Hello):
-                await self.verify(item)
+        hello = next((item for item in items if isinstance(item, Hello)), None)
+        if hello is not None:  # a frame with more is refused (``_decode``)
+            await self.verify(hello)
 
     async def verify(self, hello: Hello) -> None:
         """Check the password of ``hello`` on a worker thread, so that the core, which checks
