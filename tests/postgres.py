@@ -64,7 +64,7 @@ def schema_url(schema: str) -> str | None:
 def drop_schema(schema: str) -> None:
     engine = sqlalchemy.create_engine(POSTGRES)
     with engine.begin() as conn:
-        conn.execute(sqlalchemy.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        conn.execute(sqlalchemy.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
     engine.dispose()
 
 
@@ -73,7 +73,7 @@ def database_url(kind: str, schema: str, sqlite_file: Path) -> str:
     ``schema``); the test is skipped, saying why, when no PostgreSQL server answers."""
     if kind == "sqlite":
         return f"sqlite:///{sqlite_file}"
+    postgres_or_skip()
     url = schema_url(schema)
-    if url is None:
-        pytest.skip(f"no PostgreSQL server reachable at {POSTGRES} (set PADRES_TEST_POSTGRES)")
+    assert url is not None, f"the PostgreSQL server at {POSTGRES} stopped answering"
     return url

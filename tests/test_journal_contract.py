@@ -17,14 +17,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from padres.broker.journal import RETENTION, DeadLetterQueue, DurableRecord, Journal
 from padres.broker.memory_journal import MemoryJournal
-from padres.broker.postgres_journal import PostgresJournal, schema_name
+from padres.broker.postgres_journal import PostgresJournal, drop_journal
 from padres.broker.sqlite_journal import SqliteJournal
 from padres.language.parser import parse_subscription
 from padres.model.classes import Schema, parse_attributes
 from padres.model.codec import encode
 from padres.model.messages import Publication
 from padres.model.protocol import ExceptionEntry, Outcome
-from tests.postgres import LIBPQ, drop_schema, postgres_or_skip, reachable
+from tests.postgres import LIBPQ, postgres_or_skip, reachable
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -54,7 +54,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     for each in made:
         each.close()
     for broker in brokers:
-        drop_schema(schema_name(broker))
+        drop_journal(LIBPQ, broker)
 
 
 @pytest.fixture
@@ -298,7 +298,7 @@ class SideBySide(RuleBasedStateMachine):
             journal.close()
         self.directory.cleanup()
         if reachable():
-            drop_schema(schema_name(self.broker))
+            drop_journal(LIBPQ, self.broker)
 
     def both(self, operation: Callable[[Journal], Any]) -> Any:
         memory, *others = (_plain(operation(journal)) for journal in self.journals)

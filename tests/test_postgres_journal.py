@@ -17,12 +17,12 @@ import psycopg
 import pytest
 
 from padres.broker import Broker
-from padres.broker.postgres_journal import PostgresJournal, schema_name
+from padres.broker.postgres_journal import PostgresJournal, drop_journal
 from padres.client.connection import Client, Delivery
 from padres.model.protocol import Notify
 from padres.runtime.node import BrokerNode
 from padres.testing.processes import BrokerProcess, free_ports
-from tests.postgres import LIBPQ, drop_schema, postgres_or_skip
+from tests.postgres import LIBPQ, postgres_or_skip
 from tests.support import eventually, wait_linked
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ def broker_id() -> Iterator[str]:
     postgres_or_skip()
     name = f"B{uuid.uuid4().hex[:8]}"
     yield name
-    drop_schema(schema_name(name))
+    drop_journal(LIBPQ, name)
 
 
 class _Numbers:

@@ -76,10 +76,14 @@ KEEPALIVE: Final[dict[str, Any]] = {
 }
 """TCP keepalives, both ways: the broker notices a lost server, and the server a lost broker
 (and lets go of its lock), in about 5 + 2 x 3 seconds, plus the server's own checks."""
-_SERVER_KEEPALIVE: Final = (
-    "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; "
-    "SET tcp_keepalives_count = 3; SET tcp_user_timeout = 20000"
+_SERVER_KEEPALIVE: Final = "; ".join(
+    [
+        *(f"SET tcp_{name} = {value}" for name, value in KEEPALIVE.items()),
+        "SET tcp_user_timeout = 20000",
+    ]
 )
+"""The same on the server's side of the session (its settings are named as libpq's, with
+``tcp_``), and a bound on unacknowledged sends."""
 _MAX_ID: Final = 50
 """Bytes of a broker id that fit a schema name (PostgreSQL keeps 63)."""
 

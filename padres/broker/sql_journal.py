@@ -2,8 +2,8 @@
 
 ``padres.broker.sqlite_journal`` (SQLite) and ``padres.broker.postgres_journal`` (PostgreSQL)
 each open their database, make its tables and say how it differs (``SqlJournal``'s class
-attributes and ``_begin``); everything else is here, in SQL both understand, written with ``?``
-parameters. See ``padres.broker.journal`` for what a journal holds and promises.
+attributes, ``_begin`` and ``_next_entry``); everything else is here, in SQL both understand,
+written with ``?`` parameters. See ``padres.broker.journal`` for what a journal holds and promises.
 
 Guaranteed publications are the rows of ``log``, the trees of local advertisements those of
 ``trees``, durable subscriptions those of ``durables``, schemas those of ``schemas``, and
@@ -56,8 +56,6 @@ INSERT_RUN: Final = (
 )
 _QUEUE: Final = "owner = ? AND subscription = ?"
 """The condition selecting one exception queue's entries."""
-
-
 _PAGE: Final = 1_000
 """Rows of ``runs`` read at a time where a queue is walked (a queue may be larger than
 memory)."""
@@ -202,7 +200,7 @@ class SqlJournal(Journal):
     def __init__(self, db: Database, name: str, retention: int = RETENTION) -> None:
         """``db``: the open database, its tables made; ``name``: what errors call it."""
         self._db = db
-        self.path = name
+        self.name = name
         self.retention = retention
         self.head: int = self._head()
         """The position of the last guaranteed publication accepted."""
@@ -233,7 +231,7 @@ class SqlJournal(Journal):
             self._write_unsaved()
             self._db.commit()
         except self.ERRORS as exc:
-            raise JournalError(f"cannot commit the journal {self.path}: {exc}") from exc
+            raise JournalError(f"cannot commit the journal {self.name}: {exc}") from exc
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

@@ -475,13 +475,11 @@ class BrokerNode:
         are closed."""
         limit = self.limits.hello_within
         now = time.monotonic()
+        why = f"closed: no hello accepted within {limit:g} s of connecting"
         for hop, connection in list(self._connections.items()):
-            if now - connection.opened < limit or self.broker.greeted(hop):
-                continue
-            if connection.dialled or connection.queue.failing:
-                continue
-            why = f"closed: no hello accepted within {limit:g} s of connecting"
-            connection.queue.fail(1008, "no hello in time", Error(why))
+            known = connection.dialled or self.broker.greeted(hop) or connection.queue.failing
+            if not known and now - connection.opened >= limit:
+                connection.queue.fail(1008, "no hello in time", Error(why))
 
     def _evict(self, box: SendQueue) -> None:
         self.evicted += 1
