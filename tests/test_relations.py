@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -160,3 +162,90 @@ def test_closed_advertisement_names_every_attribute_a_subscription_may_use() -> 
     adv = parse_filter("[class,eq,'STOCK'],[symbol,isPresent],[open,isPresent]")
     assert overlaps(sub, adv)
     assert not overlaps(sub, adv, b_closed=True)
+
+
+# -- exact numbers at the edges of both types ---------------------------------------------------
+
+_BIG = 2**53
+EDGE_OPERANDS: list[int | float] = [
+    _BIG - 1,
+    _BIG,
+    _BIG + 1,
+    _BIG + 2,
+    float(_BIG),
+    float(_BIG + 2),
+    -_BIG - 1,
+    -float(_BIG),
+    2**63 - 1,
+    -(2**63),
+    float(2**63),
+    sys.float_info.max,
+    -sys.float_info.max,
+    0,
+    5e-324,
+]
+
+
+def _neighbours(x: int | float) -> list[int | float]:
+    """``x`` and the values just beside it, of both types."""
+    out: list[int | float] = [
+        x,
+        math.nextafter(float(x), math.inf),
+        math.nextafter(float(x), -math.inf),
+    ]
+    if type(x) is int or float(x).is_integer() and math.isfinite(x):
+        out += [int(x) - 1, int(x), int(x) + 1]
+    return out
+
+
+EDGE_VALUES = sorted({v for x in EDGE_OPERANDS for v in _neighbours(x)}, key=float)
+EDGE_SINGLE = [Predicate("n", op, x) for op in NUMERIC for x in EDGE_OPERANDS]
+
+
+def _numbers_matching(f: Filter) -> list[int | float]:
+    return [v for v in EDGE_VALUES if all(evaluate(p.op, p.value, v) for p in f.predicates[1:])]
+
+
+@st.composite
+def edge_filters(draw: st.DrawFn) -> Filter:
+    return flt(*draw(st.lists(st.sampled_from(EDGE_SINGLE), min_size=1, max_size=3)))
+
+
+def test_covering_compares_integers_and_floats_by_exact_value() -> None:
+    """A grant of n >= 2**53 + 1 does not cover n = 2**53 written as a float, nor does a
+    grant excluding 2**53 + 1 cover the float next to it."""
+    grant = parse_filter("[class,eq,'A'],[n,>=,9007199254740993]")
+    assert not covers(grant, parse_filter("[class,eq,'A'],[n,=,9007199254740992.0]"))
+    assert covers(grant, parse_filter("[class,eq,'A'],[n,=,9007199254740993]"))
+    assert not covers(
+        parse_filter("[class,eq,'A'],[n,<>,9007199254740992]"),
+        parse_filter("[class,eq,'A'],[n,=,9007199254740992.0]"),
+    )
+    assert not overlaps(
+        parse_filter("[class,eq,'A'],[n,=,9007199254740993]"),
+        parse_filter("[class,eq,'A'],[n,=,9007199254740992.0]"),
+    )
+
+
+def test_every_edge_pair_is_sound_on_concrete_numbers() -> None:
+    """Every pair of single predicates over operands at 2**53 and the limits of both types,
+    decided against matching on the values at and beside each operand."""
+    covered = 0
+    for p, q in itertools.product(EDGE_SINGLE, repeat=2):
+        a, b = flt(p), flt(q)
+        if covers(a, b):
+            covered += 1
+            assert set(_numbers_matching(b)) <= set(_numbers_matching(a)), (p, q)
+        if set(_numbers_matching(a)) & set(_numbers_matching(b)):
+            assert overlaps(a, b), (p, q)
+    assert covered > 500  # not vacuous
+
+
+@settings(max_examples=scaled(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edge_filters(), edge_filters())
+def test_relations_are_sound_at_the_edges_of_exact_numbers(a: Filter, b: Filter) -> None:
+    mine, theirs = _numbers_matching(a), _numbers_matching(b)
+    if covers(a, b):
+        assert set(theirs) <= set(mine)
+    if set(mine) & set(theirs):
+        assert overlaps(a, b)

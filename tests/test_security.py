@@ -1100,3 +1100,35 @@ def test_an_exception_queue_takes_only_what_its_client_may_receive(overlay: Over
         "queue: no subscribe grant matches it"
     ]
     assert ov.sim.brokers["B3"].dead_letters.queues() == []
+
+
+def test_a_grant_cannot_be_escaped_at_the_edge_of_exact_floats() -> None:
+    """A reader granted n >= 2**53 + 1 (or n <> 2**53) asks for n = 2**53 written as a float:
+    refused, and the publication with n = 2**53 never reaches it."""
+    edge = [
+        "[class,eq,'Order'],[n,>=,9007199254740993]",
+        "[class,eq,'Order'],[n,<>,9007199254740992]",
+    ]
+    for grant in edge:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "accounts.toml"
+            path.write_text(
+                f'[accounts.shop]\npassword = "{_HASH}"\n'
+                f"advertise = {json.dumps([ORDERS])}\npublish = {json.dumps([ORDERS])}\n"
+                f'[accounts.reader]\npassword = "{_HASH}"\nsubscribe = {json.dumps([grant])}\n'
+            )
+            sim = Simulation(clock=NOW.timestamp(), accounts=Accounts(path))
+            sim.add_broker("B1")
+            shop = sim.attach("shop", "B1", Credentials("shop", "pw"))
+            reader = sim.attach("reader", "B1", Credentials("reader", "pw"))
+            sim.send(shop, parse_advertisement(ORDERS, id="a"))
+            sim.send(
+                reader, parse_subscription("[class,eq,'Order'],[n,=,9007199254740992.0]", id="s")
+            )
+            sim.run()
+            sim.send(shop, Publication("p", {"class": "Order", "n": 2**53}, NOW))
+            sim.run()
+        assert [e.text for e in reader.errors] and "no subscribe grant covers it" in reader.errors[
+            0
+        ].text
+        assert reader.notifications == []

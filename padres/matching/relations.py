@@ -6,9 +6,9 @@ needs ``overlaps`` never to answer no for filters that share a publication (a lo
 and ``covers`` never to answer yes for a filter that is not covered. ``overlaps`` is exact, for
 numbers, booleans and strings whatever the operators combined on one attribute (see
 ``_Strings.nonempty``), so no subscription travels toward advertisements it cannot match.
-``covers`` is exact for numbers and booleans; for strings it decides from the operands
-(``str-prefix 'ab'`` implies ``str-ge 'ab'``, say) and answers no when it cannot tell (a larger
-routing table, never a lost delivery).
+``covers`` is exact for numbers (integers and floats compared by exact value) and booleans;
+for strings it decides from the operands (``str-prefix 'ab'`` implies ``str-ge 'ab'``, say)
+and answers no when it cannot tell (a larger routing table, never a lost delivery).
 """
 
 from __future__ import annotations
@@ -28,15 +28,21 @@ __all__ = ["covers", "overlaps", "satisfiable"]
 
 @dataclass
 class _Numbers:
-    """The numbers an attribute's predicates allow: an interval less some points."""
+    """The numbers an attribute's predicates allow: an interval of the reals less some points.
 
-    lo: float = -math.inf
+    Bounds keep their operands' types: an integer and a float are compared by exact value, as
+    Python compares them (``2**53 + 1 > float(2**53)``), never by converting one to the other.
+    Deciding over the reals is sound for the integers and floats publications carry: an
+    interval empty of reals holds none of them, and one within another holds only their values.
+    """
+
+    lo: int | float = -math.inf
     lo_open: bool = True
-    hi: float = math.inf
+    hi: int | float = math.inf
     hi_open: bool = True
-    excluded: set[float] = field(default_factory=set)
+    excluded: set[int | float] = field(default_factory=set)
 
-    def restrict(self, op: Op, x: float) -> None:
+    def restrict(self, op: Op, x: int | float) -> None:
         if op in (Op.GT, Op.GE, Op.EQ_NUM) and (x > self.lo or (x == self.lo and op is Op.GT)):
             self.lo, self.lo_open = x, op is Op.GT
         if op in (Op.LT, Op.LE, Op.EQ_NUM) and (x < self.hi or (x == self.hi and op is Op.LT)):
@@ -44,7 +50,7 @@ class _Numbers:
         if op is Op.NE_NUM:
             self.excluded.add(x)
 
-    def contains(self, x: float) -> bool:
+    def contains(self, x: int | float) -> bool:
         above = x > self.lo or (x == self.lo and not self.lo_open)
         below = x < self.hi or (x == self.hi and not self.hi_open)
         return above and below and x not in self.excluded
@@ -190,7 +196,7 @@ class _Space:
         if op in NUMERIC:
             self.strings = self.booleans = None
             if self.numbers is not None:
-                self.numbers.restrict(op, float(x))  # type: ignore[arg-type]
+                self.numbers.restrict(op, x)  # type: ignore[arg-type]
             return
         if type(x) is bool:  # eq / neq on a boolean
             self.numbers = self.strings = None
