@@ -6,12 +6,14 @@ import pytest
 
 from padres.bench import overlay
 from padres.broker import Broker, Covering
+from padres.broker import routes as routes_module
 from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_publication,
     parse_subscription,
 )
+from padres.matching.relations import covers
 from padres.model.messages import Publication, Unadvertise, Unsubscribe
 from padres.model.protocol import Error, Hello, Notify, Ok, Query, QueryResult, Role, RouteSubscribe
 from padres.runtime.simulation import SimClient, Simulation
@@ -280,3 +282,64 @@ def test_notify_lists_every_matching_subscription_of_a_client_once() -> None:
     assert len(sub.notifications) == 1
     assert isinstance(sub.notifications[0], Notify)
     assert sorted(sub.notifications[0].subscriptions) == ["one", "two"]
+
+
+def _counting_covers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+
+    def counted(a: object, b: object) -> bool:
+        calls[0] += 1
+        return covers(a, b)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(routes_module, "covers", counted)
+    return calls
+
+
+@pytest.mark.parametrize("widest_first", [True, False])
+def test_a_client_with_nested_subscriptions_leaves_in_linear_work(
+    monkeypatch: pytest.MonkeyPatch, widest_first: bool
+) -> None:
+    """Each subscription covers the next: a client leaving with them all withdraws them
+    without placing each again behind the next (which was quadratic in their number)."""
+    n = 400
+    sim = _star(extra=False)
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "E")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    order = range(n) if widest_first else reversed(range(n))
+    for i in order:
+        sim.send(sub, parse_subscription(f"[class,eq,'T'],[v,>,{i}]", id=f"s{i}"))
+    sim.run()
+    calls = _counting_covers(monkeypatch)
+    sim.detach(sub)
+    sim.run()
+    assert calls[0] <= 2 * n
+    assert all(len(b.routes) == 0 for b in sim.brokers.values())
+
+
+def test_a_lost_neighbour_with_nested_subscriptions_is_forgotten_in_linear_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """E forwards every one of a client's nested subscriptions (no covering there); B hides
+    them behind the widest toward A; the link to E is lost."""
+    n = 400
+    sim = Simulation(1, covering=Covering.LAZY)
+    sim.add_broker("A")
+    sim.add_broker("B")
+    sim.covering = Covering.OFF
+    sim.add_broker("E")
+    sim.link("A", "B")
+    sim.link("E", "B")
+    sim.run()
+    pub, sub = sim.attach("pub", "A"), sim.attach("sub", "E")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    for i in range(n):
+        sim.send(sub, parse_subscription(f"[class,eq,'T'],[v,>,{i}]", id=f"s{i}"))
+    sim.run()
+    assert sim.brokers["B"].routes.forwarded() == 1
+    calls = _counting_covers(monkeypatch)
+    sim.unlink("E", "B")
+    sim.run()
+    assert calls[0] <= 2 * n
+    assert len(sim.brokers["B"].routes) == 0 and len(sim.brokers["A"].routes) == 0

@@ -304,8 +304,7 @@ class Broker:
         out += self.echoes.hop_down(hop, why)
         self.durables.detach(hop)
         self.dead_letters.hop_down(hop)
-        for gid in [*session.subscriptions.values(), *session.composites.values()]:
-            out += self.subscribing.drop(gid)
+        out += self.subscribing.drop(*session.subscriptions.values(), *session.composites.values())
         # Held while its open transactions wait for it: their publications, committed or
         # aborted, still have the trees to go down.
         advertisements = list(session.advertisements.values())

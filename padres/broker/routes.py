@@ -177,14 +177,18 @@ class Routes:
             del route.arrivals[hop]
         return self._refresh(route)
 
-    def remove_local(self, subscription_id: str) -> list[Out]:
-        route = self._routes[subscription_id]
-        del self._local[route.sub.filter.class_name][subscription_id]
-        if not self._local[route.sub.filter.class_name]:
-            del self._local[route.sub.filter.class_name]
-        route.sink = route.owner = route.notify_as = None
-        route.trees.clear()
-        return self._refresh(route)
+    def remove_local(self, *subscription_ids: str) -> list[Out]:
+        """Withdraw subscriptions made here. Several are let go of together (a client that
+        leaves): none of them is placed again when another that hid it is withdrawn."""
+        routes = [self._routes[sid] for sid in subscription_ids]
+        for route in routes:
+            local = self._local[route.sub.filter.class_name]
+            del local[route.id]
+            if not local:
+                del self._local[route.sub.filter.class_name]
+            route.sink = route.owner = route.notify_as = None
+            route.trees.clear()
+        return [out for route in routes for out in self._refresh(route)]
 
     def tree_grew(self, tree_id: str, flt: Filter) -> list[Out]:
         """An advertisement with filter ``flt`` joined a tree: local subscriptions follow it."""
@@ -221,15 +225,15 @@ class Routes:
     def hop_down(self, hop: str) -> list[Out]:
         """A neighbour is gone: forget what it sent and what was sent to it."""
         self.brokers.discard(hop)
-        out: list[Out] = []
-        for route in list(self._routes.values()):
-            touched = route.arrivals.pop(hop, None) is not None
+        touched: list[Route] = []
+        for route in list(self._routes.values()):  # all of it first: see ``remove_local``
+            arrived = route.arrivals.pop(hop, None) is not None
             if any(slot[0] == hop for slot in (*route.sent, *route.hidden_by)):
                 self._forget_slots(route, lambda slot: slot[0] == hop)
-                touched = True
-            if touched:
-                out += self._refresh(route)
-        return out
+                arrived = True
+            if arrived:
+                touched.append(route)
+        return [out for route in touched for out in self._refresh(route)]
 
     # -- matching ----------------------------------------------------------------------------
 
@@ -350,7 +354,8 @@ class Routes:
         for sid in sorted(route.hides.pop(slot, set())):
             hidden = self._routes[sid]
             del hidden.hidden_by[slot]
-            out += self._place(hidden, slot)
+            if slot in self._wanted(hidden):  # not when it is leaving too
+                out += self._place(hidden, slot)
         out.append((slot[0], RouteUnsubscribe(route.id, (slot[1],))))
         return out
 

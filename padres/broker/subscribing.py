@@ -190,23 +190,20 @@ class Subscribing:
             return [(session.hop, Error(f"no subscription {sid!r}", sid))]
         return [*self.drop(gid), (session.hop, Ok(sid))]
 
-    def drop(self, gid: str) -> list[Out]:
-        """Forget the subscription of overlay-wide id ``gid`` (plain, composite or watched)
-        and withdraw its routes."""
-        out: list[Out] = []
-        if gid in self.history.watches:
-            watch = self.history.unwatch(gid)
-            for pid, feed in watch.feeds.items():
-                if feed.live:
-                    out += self.routes.remove_local(pid)
-        elif gid in self.composites:
-            parts = self.composites.pop(gid).parts
-            self.network.remove(gid)
-            for pid in parts:
-                out += self.routes.remove_local(pid)
-        else:
-            out += self.routes.remove_local(gid)
-        return out
+    def drop(self, *gids: str) -> list[Out]:
+        """Forget the subscriptions of overlay-wide ids ``gids`` (plain, composite or watched)
+        and withdraw their routes, together (``Routes.remove_local``)."""
+        routes: list[str] = []
+        for gid in gids:
+            if gid in self.history.watches:
+                watch = self.history.unwatch(gid)
+                routes += (pid for pid, feed in watch.feeds.items() if feed.live)
+            elif gid in self.composites:
+                self.network.remove(gid)
+                routes += self.composites.pop(gid).parts
+            else:
+                routes.append(gid)
+        return self.routes.remove_local(*routes)
 
     # -- neighbours --------------------------------------------------------------------------
 
