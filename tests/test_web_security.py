@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -176,3 +177,14 @@ def test_each_user_has_its_own_subscription_quota_and_sees_nothing_of_others(
     assert (
         httpx.delete(f"{base}/api/v1/subscriptions/{mine.json()['id']}", auth=us).status_code == 204
     )
+
+
+async def test_concurrent_administrator_reads_are_all_answered(secured: tuple[str, str]) -> None:
+    """Readers of one table while a query for it is in flight share its answer."""
+    base, _ = secured
+    async with httpx.AsyncClient(auth=_as("ops"), timeout=10) as client:
+        replies = await asyncio.gather(
+            *(client.get(f"{base}/api/v1/routing?table={t}") for t in ["prt", "srt"] * 20)
+        )
+    assert [r.status_code for r in replies] == [200] * 40
+    assert {r.json()["table"] for r in replies} == {"prt", "srt"}

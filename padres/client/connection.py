@@ -408,6 +408,8 @@ class Client:
         self._transport: Transport | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[Envelope]] = {}
+        self._queries: dict[str, asyncio.Task[Envelope]] = {}
+        """Table queries in flight, shared by the callers asking meanwhile (``query``)."""
         self._subs: dict[str, SubscriptionHandle] = {}
         self._ids = {k: itertools.count(1) for k in ("p", "s", "a", "d", "t")}
         self._welcome: asyncio.Future[Welcome] | None = None
@@ -963,9 +965,22 @@ class Client:
         return self._transport
 
     async def query(self, what: str) -> tuple[str, ...]:
-        """The rows of a broker's table: 'subscriptions', 'advertisements' or 'schemas'."""
-        result = await self._request(f"?{what}", Query(what))
+        """The rows of a broker's table: 'subscriptions', 'advertisements' or 'schemas'.
+
+        Callers asking for a table while a query for it is in flight share its answer.
+        """
+        asking = self._queries.get(what)
+        if asking is None:
+            asking = asyncio.ensure_future(self._request(f"?{what}", Query(what)))
+            self._queries[what] = asking
+            asking.add_done_callback(lambda task: self._queried(what, task))
+        result = await asyncio.shield(asking)
         return result.rows if isinstance(result, QueryResult) else ()
+
+    def _queried(self, what: str, task: asyncio.Task[Envelope]) -> None:
+        del self._queries[what]
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every caller may have gone meanwhile
 
     async def _send(
         self,
