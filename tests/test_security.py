@@ -200,7 +200,7 @@ def test_accounts_file_round_trip_and_authentication(tmp_path: Path) -> None:
     assert again.refresh()
     assert again.authenticate_token(token).name == "eve"
     assert again.authenticate("eve", token).name == "eve"
-    with pytest.raises(AuthenticationError, match="bad token"):
+    with pytest.raises(AuthenticationError, match="unknown user or wrong password"):
         again.authenticate("eve", token[:-2] + "xx")
     tid = acc.tokens("eve")[0]["id"]
     acc.remove_token("eve", tid)
@@ -221,6 +221,48 @@ def test_an_empty_password_is_refused_without_hashing(tmp_path: Path) -> None:
         with pytest.raises(AuthenticationError, match="no password or token given"):
             acc.authenticate(user, "")
         assert time.perf_counter() - started < 0.005
+
+
+class _CountingHasher(PasswordHasher):
+    """``CHEAP``'s parameters, counting the hashes checked."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
+        self.checked = 0
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        self.checked += 1
+        return super().verify(hash, password)
+
+
+def test_every_refusal_says_and_costs_the_same_whoever_the_account(tmp_path: Path) -> None:
+    """A wrong secret for a client, a token-only account, a broker or an unknown user: one
+    message, one password hash checked; a token with a real id and a wrong secret, or an
+    unknown one: one message naming no account, no hash."""
+    hasher = _CountingHasher()
+    acc = Accounts(tmp_path / "a.toml", create=True, hasher=hasher)
+    acc.add("eve", "eve-pw")
+    acc.add("robot", "")  # tokens only
+    acc.add("B1", "B1-pw", role=Role.BROKER)
+    real = acc.add_token("robot", "ci")
+    tid = acc.tokens("robot")[0]["id"]
+    guesses = ["wrong", real[:-2] + "xx", f"ptk_{tid}_guess", "ptk_0000_guess"]
+    for user in ("eve", "robot", "B1", "nobody"):
+        for guess in guesses:
+            before = hasher.checked
+            with pytest.raises(AuthenticationError) as refused:
+                acc.authenticate(user, guess)
+            assert str(refused.value) == (
+                f"authentication failed for user {user!r}: unknown user or wrong password"
+            )
+            assert hasher.checked == before + 1, (user, guess)
+    before = hasher.checked
+    for guess in guesses[1:]:
+        with pytest.raises(AuthenticationError) as refused:
+            acc.authenticate_token(guess)
+        assert str(refused.value) == "authentication failed: unknown or revoked token"
+    assert hasher.checked == before
+    assert acc.authenticate_token(real).name == "robot"
 
 
 def test_accounts_file_errors_are_clear(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from padres.model.protocol import Role
 from padres.security.accounts import Accounts
 from padres.testing.processes import BrokerProcess
 
@@ -24,6 +25,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
     path = tmp_path_factory.mktemp("accounts") / "accounts.toml"
     accounts = Accounts(path, create=True)
     accounts.add("ops", "ops-secret", admin=True)
+    accounts.add("B9", "B9-secret", role=Role.BROKER)
     token = accounts.add_token("ops", "metrics")
     for user, grant in (("eu", EU), ("us", US)):
         accounts.add(user, f"{user}-secret", names=[user, f"{user}.*"])
@@ -188,3 +190,20 @@ async def test_concurrent_administrator_reads_are_all_answered(secured: tuple[st
         )
     assert [r.status_code for r in replies] == [200] * 40
     assert {r.json()["table"] for r in replies} == {"prt", "srt"}
+
+
+def test_a_refusal_tells_no_account_apart(secured: tuple[str, str]) -> None:
+    """A wrong password for a client, an administrator, a broker or an unknown user; a token
+    with a real id and a wrong secret, or an unknown one: the same answer."""
+    base, token = secured
+    url = f"{base}/api/v1/subscriptions"
+    for user in ("eu", "ops", "B9", "nobody"):
+        detail = _problem(httpx.get(url, auth=(user, "guess")), 401)["detail"]
+        assert detail == f"authentication failed for user {user!r}: unknown user or wrong password"
+    tid = token.split("_")[1]
+    for guess in (token[:-4] + "xxxx", f"ptk_{tid}_guess", "ptk_0000_guess"):
+        bearer = {"Authorization": f"Bearer {guess}"}
+        detail = _problem(httpx.get(url, headers=bearer), 401)["detail"]
+        assert detail == "authentication failed: unknown or revoked token"
+    # A broker's account, with its right password, is for links only.
+    _problem(httpx.get(url, auth=("B9", "B9-secret")), 403, "'B9' is a broker account")

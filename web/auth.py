@@ -22,6 +22,7 @@ from fastapi import Depends
 from starlette.requests import HTTPConnection
 
 from padres.errors import AuthenticationError
+from padres.model.protocol import Role
 from padres.runtime.node import BrokerNode
 from padres.security.accounts import Account
 from web.problems import Problem
@@ -116,6 +117,12 @@ class Authenticator:
                 )
         except AuthenticationError as exc:
             raise Problem(401, "authentication failed", str(exc), headers=CHALLENGE) from None
+        if account.role is not Role.CLIENT:
+            raise Problem(
+                403,
+                "forbidden",
+                f"account {account.name!r} is a {account.role} account: it cannot use the web API",
+            )
         return Caller(account)
 
 

@@ -80,6 +80,8 @@ RIGHTS: Final = ("advertise", "publish", "subscribe", "history", "replay")
 """The kinds of grant, as ``padres user grant`` names them."""
 TOKEN_PREFIX: Final = "ptk_"
 """Tokens read ``ptk_<id>_<secret>``: the id finds the account, the secret proves it."""
+TOKEN_REFUSED: Final = "authentication failed: unknown or revoked token"
+"""The one refusal of a token, whether its id is unknown or its secret wrong."""
 _VERDICTS: Final = 4096
 """Password verdicts remembered at most (the oldest are forgotten first)."""
 
@@ -238,7 +240,11 @@ class _Entry:
 
 
 def _token_digest(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(token.encode(errors="surrogatepass")).hexdigest()
+
+
+_DECOY_DIGEST: Final = _token_digest(TOKEN_PREFIX + "decoy")
+"""Compared with a token whose id is unknown, so that it takes as long as a known one."""
 
 
 def _strings(raw: Mapping[str, Any], key: str, where: str) -> list[str]:
@@ -424,11 +430,14 @@ class Accounts:
         return verdict
 
     def authenticate_token(self, token: str) -> Account:
-        """The account holding ``token``; raises ``AuthenticationError``."""
-        owner = self._owners.get(_token_id(token) or "")
-        if owner is None:
-            raise AuthenticationError("unknown or revoked token")
-        return self.authenticate(owner, token)
+        """The account holding ``token``; raises ``AuthenticationError``, with one message
+        and in one time whether the token's id is unknown or its secret is wrong."""
+        tid = _token_id(token) or ""
+        entry = self._entries.get(self._owners.get(tid, ""))
+        stored = entry.tokens.get(tid) if entry is not None else None
+        if not hmac.compare_digest(stored or _DECOY_DIGEST, _token_digest(token)) or not entry:
+            raise AuthenticationError(TOKEN_REFUSED)
+        return entry.account
 
     def _decoy(self) -> str:
         if not self._decoy_hash:
@@ -436,26 +445,23 @@ class Accounts:
         return self._decoy_hash
 
     def _verify(self, user: str, secret: str) -> Account | str:
-        wrong = f"authentication failed for user {user!r}: unknown user or wrong password"
+        """The account, or why not: one message, and one password hash checked, whether the
+        user is unknown, holds tokens only, or gave a wrong password or token."""
         if not secret:  # refused alike for every user, without the cost of a hash
             return f"authentication failed for user {user!r}: no password or token given"
         entry = self._entries.get(user)
-        if entry is None:
-            # As long as for a known user, so that the time taken does not tell which exist.
-            with contextlib.suppress(VerificationError, InvalidHashError):
-                self.hasher.verify(self._decoy(), secret)
-            return wrong
         tid = _token_id(secret)
-        if tid is not None and tid in entry.tokens:
-            ok = hmac.compare_digest(entry.tokens[tid], _token_digest(secret))
-            return entry.account if ok else f"authentication failed for user {user!r}: bad token"
-        if not entry.password:
-            return f"authentication failed for user {user!r}: the account has no password"
+        if entry is not None and tid is not None and tid in entry.tokens:
+            if hmac.compare_digest(entry.tokens[tid], _token_digest(secret)):
+                return entry.account
+        known = entry is not None and bool(entry.password)
         try:
-            self.hasher.verify(entry.password, secret)
+            self.hasher.verify(entry.password if known and entry else self._decoy(), secret)
         except (VerificationError, InvalidHashError):
-            return wrong
-        return entry.account
+            known = False
+        if known and entry is not None:
+            return entry.account
+        return f"authentication failed for user {user!r}: unknown user or wrong password"
 
     # -- editing -----------------------------------------------------------------------------
 
