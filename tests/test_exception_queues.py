@@ -22,7 +22,7 @@ from padres.broker import Broker
 from padres.broker.sqlite_journal import SqliteJournal
 from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.errors import RequestFailed
-from padres.language.parser import parse_advertisement, parse_filter
+from padres.language.parser import parse_advertisement, parse_filter, parse_subscription
 from padres.model.messages import Publication, Subscription
 from padres.model.protocol import (
     Durable,
@@ -480,3 +480,33 @@ async def test_the_rest_api_lists_shows_replays_and_purges(tmp_path: Path) -> No
                 purged = await http.delete(base)
                 assert purged.status_code == 200 and purged.json()["affected"] == 1
                 assert (await http.get(base)).json()["length"] == 0
+
+
+def test_an_entry_never_carries_a_publisher_the_broker_cannot_vouch_for(tmp_path: Path) -> None:
+    """A subscriber reports failures on publications it dresses up as another's: a durable
+    delivery's entry keeps the delivery as queued; any other entry names the reporter as its
+    publisher."""
+    broker = Broker("B", journal=SqliteJournal(str(tmp_path / "journal.sqlite")))
+    broker.handle(Hello("manager"), "h2")
+    broker.handle(Durable(Subscription("kept", parse_filter("[class,eq,'Order']"))), "h2")
+    broker.handle(parse_subscription("[class,eq,'Order']", id="live"), "h2")
+    broker.handle(Hello("shop"), "h1")
+    broker.handle(parse_advertisement(ORDER, id="a1"), "h1")
+    pub = Publication("p1", {"class": "Order", "n": 1}, datetime.now(UTC), "")
+    out = broker.handle(Guaranteed(pub), "h1")
+    (seq,) = [m.seq for _, m in out if isinstance(m, Notify) and m.seq]
+    forged = Publication("p1", {"class": "Order", "n": 666}, datetime.now(UTC), "bank")
+    broker.handle(Failed("f1", "kept", forged, "ValueError: no", 1, seq=seq), "h2")
+    broker.handle(Failed("f2", "live", forged, "ValueError: no", 1), "h2")
+    broker.journal.commit()
+    kept = broker.handle(Exceptions("x1", "kept", ExceptionAction.LIST), "h2")
+    live = broker.handle(Exceptions("x2", "live", ExceptionAction.LIST), "h2")
+    ((_, durable),), ((_, plain),) = kept, live
+    assert isinstance(durable, ExceptionReport) and isinstance(plain, ExceptionReport)
+    assert [(e.publication.publisher, e.publication.attributes["n"]) for e in durable.entries] == [
+        ("shop@B", 1)
+    ]
+    assert [(e.publication.publisher, e.publication.attributes["n"]) for e in plain.entries] == [
+        ("manager@B", 666)
+    ]
+    broker.journal.close()

@@ -50,10 +50,10 @@ from padres.broker.history import History
 from padres.broker.journal import Journal
 from padres.broker.links import Links
 from padres.broker.memory_journal import MemoryJournal
-from padres.broker.publishing import Publishing, stamped
+from padres.broker.publishing import Publishing
 from padres.broker.routes import Covering, Out, Routes
 from padres.broker.schemas import Declaration, Schemas
-from padres.broker.session import Session
+from padres.broker.session import Session, stamped
 from padres.broker.subscribing import Subscribing
 from padres.broker.transactions import Transactions
 from padres.broker.trees import Trees

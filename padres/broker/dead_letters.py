@@ -34,7 +34,8 @@ from typing import Final
 from padres.broker.durable import Durables
 from padres.broker.journal import Journal, dead_letter_size
 from padres.broker.routes import Out
-from padres.broker.session import Session
+from padres.broker.session import Session, stamped
+from padres.model.messages import Publication
 from padres.model.protocol import (
     Ack,
     Error,
@@ -139,7 +140,8 @@ class DeadLetterQueues:
         # earlier failure; this one is its handler's second try after a reconnection.
         again = durable and 0 < message.seq <= self._durables.acked(*key)
         if not known and not again:
-            size = dead_letter_size(message.publication, error)
+            publication = self._kept(message, session)
+            size = dead_letter_size(publication, error)
             if size > self.max_bytes:
                 why = (
                     f"exception entry of {size:,} bytes refused: the exception queue of "
@@ -147,13 +149,23 @@ class DeadLetterQueues:
                 )
                 return [(session.hop, Error(why, message.ref))]
             self._journal.add_dead_letter(
-                *key, message.ref, message.publication, error, message.attempts, now
+                *key, message.ref, publication, error, message.attempts, now
             )
             self._bound(key)
         out: list[Out] = []
         if durable and message.seq:
             out = self._durables.ack(session.name, Ack(message.subscription, message.seq))
         return out + ok
+
+    def _kept(self, message: Failed, session: Session) -> Publication:
+        """What an entry keeps: the delivery as queued here, for a durable subscription's;
+        else the publication the client reports, under the client's own name as publisher,
+        since nothing here vouches for the publisher it claims."""
+        if message.seq:
+            queued = self._durables.delivery(session.name, message.subscription, message.seq)
+            if queued is not None:
+                return queued
+        return stamped(message.publication, session)
 
     def _bound(self, key: _Key) -> None:
         """Drop the oldest entries of the queue while it is over its limits."""

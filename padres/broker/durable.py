@@ -317,6 +317,15 @@ class Durables:
         durable = self._durables.get((owner, name))
         return 0 if durable is None else durable.record.acked
 
+    def delivery(self, owner: str, name: str, seq: int) -> Publication | None:
+        """Delivery ``seq`` of durable subscription ``name``, as queued here, if it is still
+        queued (not acknowledged)."""
+        durable = self._durables.get((owner, name))
+        if durable is None or not durable.record.acked < seq:
+            return None
+        queued = self.journal.queued(durable.record, seq - 1, 1)
+        return queued[0][1] if queued and queued[0][0] == seq else None
+
     # -- the client --------------------------------------------------------------------------
 
     def attach(

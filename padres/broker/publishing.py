@@ -15,15 +15,12 @@ subscriptions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from copy import copy
-
-from msgspec.structs import force_setattr
 
 from padres.broker.durable import Durables
 from padres.broker.history import History
 from padres.broker.journal import Journal, Tag
 from padres.broker.routes import Out, Routes
-from padres.broker.session import Session
+from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
 from padres.broker.trees import Trees
 from padres.broker.visibility import deliveries
@@ -40,7 +37,7 @@ from padres.model.protocol import (
     Visibility,
 )
 
-__all__ = ["Publishing", "stamped"]
+__all__ = ["Publishing"]
 
 
 class Publishing:
@@ -163,14 +160,3 @@ class Publishing:
         if session is None:
             return Visibility.ON_COMMIT
         return session.visibility.get(subscription, Visibility.ON_COMMIT)
-
-
-def stamped(pub: Publication, session: Session) -> Publication:
-    """``pub`` with its publisher: the client of ``session``, whatever it said. The copy is not
-    checked again (``replace`` would: a tenth of a publisher's broker's time): only the
-    publisher changes, to a session name, which is valid."""
-    if pub.publisher == session.name:
-        return pub
-    copied = copy(pub)
-    force_setattr(copied, "publisher", session.name)
-    return copied
