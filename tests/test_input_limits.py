@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from padres.broker import Broker, BrokerConfig
 from padres.broker.quotas import Quotas
@@ -501,6 +502,47 @@ async def test_a_connection_says_hello_once_and_soon_or_is_closed() -> None:
             assert silent.close_code == 1008 and time.monotonic() - started < 3.5
             await greeted.send(orjson.dumps({"type": "query", "what": "subscriptions"}))
             assert orjson.loads(await greeted.recv())[0]["type"] != "error"  # still served
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+
+async def test_connections_that_have_not_said_who_they_are_are_bounded_and_timed() -> None:
+    """Per address: the fourth WebSocket that has not said hello is refused at once, and a
+    greeted one no longer counts; an HTTP connection dribbling its headers (slowloris) is
+    closed ``hello_within`` seconds after it began, and counts meanwhile."""
+    limits = node_module.Limits(hello_within=1.0, strangers_per_address=3)
+    node = BrokerNode(Broker("B1"), heartbeat=1, limits=limits)
+    port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    serving = asyncio.ensure_future(node.serve(ready=port.set_result))
+    url = f"ws://127.0.0.1:{await port}/ws"
+    try:
+        async with connect(url) as first, connect(url), connect(url):
+            with pytest.raises(InvalidStatus):  # a fourth stranger: refused before accepting
+                async with connect(url):
+                    pass
+            await first.send(orjson.dumps({"type": "hello", "name": "c"}))
+            assert orjson.loads(await first.recv())[0]["type"] == "welcome"
+            async with connect(url):  # room again: the greeted one left the strangers
+                assert len(node.strangers) == 3
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", await port)
+        started = time.monotonic()
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        await writer.drain()
+        assert len(node.strangers) == 1
+        for _ in range(30):  # a header line now and then, never the end of them
+            await asyncio.sleep(0.1)
+            if reader.at_eof():
+                break
+            with contextlib.suppress(ConnectionError):
+                writer.write(b"X-Slow: 1\r\n")
+                await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, nothing answered
+        assert time.monotonic() - started < 2.0
+        assert len(node.strangers) == 0
+        writer.close()
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):

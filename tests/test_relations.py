@@ -193,7 +193,7 @@ def _neighbours(x: int | float) -> list[int | float]:
         math.nextafter(float(x), math.inf),
         math.nextafter(float(x), -math.inf),
     ]
-    if type(x) is int or float(x).is_integer() and math.isfinite(x):
+    if type(x) is int or (float(x).is_integer() and math.isfinite(x)):
         out += [int(x) - 1, int(x), int(x) + 1]
     return out
 
@@ -203,7 +203,8 @@ EDGE_SINGLE = [Predicate("n", op, x) for op in NUMERIC for x in EDGE_OPERANDS]
 
 
 def _numbers_matching(f: Filter) -> list[int | float]:
-    return [v for v in EDGE_VALUES if all(evaluate(p.op, p.value, v) for p in f.predicates[1:])]
+    tests = [(p.op, p.value) for p in f.predicates[1:]]
+    return [v for v in EDGE_VALUES if all(evaluate(op, x, v) for op, x in tests)]  # type: ignore[arg-type]
 
 
 @st.composite

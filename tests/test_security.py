@@ -58,7 +58,8 @@ from padres.model.protocol import (
     TxPublish,
     Welcome,
 )
-from padres.runtime.node import BrokerNode
+from padres.runtime.node import BrokerNode, Handled
+from padres.runtime.pump import Pump
 from padres.runtime.simulation import SimClient, Simulation
 from padres.security.accounts import Accounts, Credentials, Grants, database_grants, parse_age
 from padres.testing.processes import BrokerProcess, DatabaseProcess
@@ -66,6 +67,8 @@ from rete.operators import Value
 from tests.sim_archive import SimArchive
 from tests.strategies import scaled
 from tests.support import eventually, health
+from web.metrics import Metrics
+from web.tracing import MAX_ARMED, Tracer
 
 CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 """Hashes made for tests verify in microseconds (the parameters travel in each hash)."""
@@ -1174,3 +1177,52 @@ def test_a_grant_cannot_be_escaped_at_the_edge_of_exact_floats() -> None:
             0
         ].text
         assert reader.notifications == []
+
+
+# -- what the web layer's observers see ----------------------------------------------------------
+
+
+def _trace_request(i: int) -> Publication:
+    attributes: dict[str, Value] = {
+        "class": "TRACE_REQUEST",
+        "trace": f"t{i}",
+        "filter": "",
+        "targets": "[]",
+    }
+    return Publication(f"r{i}", attributes, NOW)
+
+
+def test_observers_see_only_what_the_core_took(tmp_path: Path) -> None:
+    """A frame of a wrong hello and 500 trace requests is refused after the hello, unread;
+    a client's refused publications reach no observer either; its accepted ones do."""
+    path = tmp_path / "accounts.toml"
+    path.write_text(
+        f'[accounts.shop]\npassword = "{_HASH}"\n'
+        f"advertise = {json.dumps([ORDERS])}\npublish = {json.dumps([ORDERS])}\n"
+    )
+    broker = Broker("B1", accounts=Accounts(path))
+    pump = Pump(broker, lambda outs: None)
+    stranger: list[Envelope] = [Hello("eve", user="shop", password="guess")]
+    stranger += map(_trace_request, range(500))
+    left, outs, handled = pump.walk("h1", stranger, NOW.timestamp)
+    assert (left, handled) == (len(stranger), [])
+    assert [type(m) for _, m in outs] == [Error]
+    shop: list[Envelope] = [
+        Hello("shop", user="shop", password="pw"),
+        parse_advertisement(ORDERS, id="a"),
+        *map(_trace_request, range(5)),  # no grant: refused
+        _order("o1", "EU", NOW),
+    ]
+    _, _, handled = pump.walk("h2", shop, NOW.timestamp)
+    assert [type(m).__name__ for m, _, _ in handled] == ["Hello", "Advertisement", "Publication"]
+
+
+def test_a_flood_of_trace_requests_arms_a_bounded_few() -> None:
+    broker = Broker("B1")
+    node = BrokerNode(broker)
+    metrics = Metrics(node)
+    tracer = Tracer(metrics, private=frozenset())
+    requests: list[Handled] = [(_trace_request(i), [], 0.0) for i in range(1000)]
+    tracer.observe("h1", requests)
+    assert len(tracer.armed) == MAX_ARMED
+    assert list(tracer.armed)[-1] == "t999"  # the newest are kept

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -207,3 +211,49 @@ def test_a_refusal_tells_no_account_apart(secured: tuple[str, str]) -> None:
         assert detail == "authentication failed: unknown or revoked token"
     # A broker's account, with its right password, is for links only.
     _problem(httpx.get(url, auth=("B9", "B9-secret")), 403, "'B9' is a broker account")
+
+
+def _raw(base: str, head: str, body: bytes = b"") -> bytes:
+    """Send ``head`` (and ``body``) as is; what comes back within 5 seconds."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        answer = b""
+        with contextlib.suppress(TimeoutError):
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                part = sock.recv(65536)
+                if not part:
+                    break
+                answer += part
+        return answer
+
+
+def _basic(user: str, password: str) -> str:
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_a_body_is_bounded_and_its_sender_authenticated_before_it_is_read(
+    secured: tuple[str, str],
+) -> None:
+    """A 64 MiB publication announced, none of it sent: refused at once, 401 with wrong
+    credentials or none, 413 with right ones; a chunked body past its route's bound: 413."""
+    base, _ = secured
+    big = 64 << 20
+    attempts = [("", b"401"), (_basic("eu", "guess"), b"401"), (_basic(*_as("eu")), b"413")]
+    for auth, status in attempts:
+        head = (
+            f"POST /api/v1/publications HTTP/1.1\nHost: x\nContent-Length: {big}\n"
+            f"Content-Type: application/json\n" + (f"Authorization: Basic {auth}\n" if auth else "")
+        )
+        started = time.monotonic()
+        answer = _raw(base, head)
+        assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+        assert time.monotonic() - started < 2
+    chunk = b"x" * 70_000
+    head = (
+        "POST /api/v1/subscriptions HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n"
+        f"Content-Type: application/json\nAuthorization: Basic {_basic(*_as('eu'))}\n"
+    )
+    answer = _raw(base, head, b"%x\r\n%s\r\n0\r\n\r\n" % (len(chunk), chunk))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"at most 65,536" in answer

@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from padres.runtime.node import BrokerNode
 from web import broker, dead_letters, history, publishing, subscribing
+from web.admission import Admission
 from web.auth import Authenticator
 from web.clients import Clients
 from web.metrics import Metrics
@@ -46,6 +47,7 @@ def install(node: BrokerNode) -> None:
     # the page's ?access_token= goes along: see web.auth).
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET"])
     auth = Authenticator(node)
+    app.add_middleware(Admission, auth=auth)
     for module in (publishing, subscribing, history):
         app.include_router(module.router(clients, auth))
     owner = [Depends(auth.client_owner)]

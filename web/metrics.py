@@ -61,6 +61,8 @@ def published(message: Envelope) -> Publication | None:
 
 LATENCY_BUCKETS: Final = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 REPLAY_BUCKETS: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+MAX_ASKED: Final = 10_000
+"""Historic subscriptions timed to the end of their replay at once, at most."""
 
 
 class Histogram:
@@ -155,6 +157,8 @@ class Metrics(Collector):
                 self._databases.add(hop)
             elif isinstance(message, _SUBSCRIBING) and _historic(message):
                 self._asked[(hop, message.id)] = time.monotonic()
+                if len(self._asked) > MAX_ASKED:  # asked by clients that left before the end
+                    del self._asked[next(iter(self._asked))]
             for to, out in sent:
                 kind = type(out)
                 if kind is RoutePublish:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -15,10 +15,8 @@ from web.clients import Clients
 from web.inputs import advertisement_from, publications_from_json, publications_from_text
 from web.problems import Problem
 
-__all__ = ["MAX_BODY", "router"]
+__all__ = ["router"]
 
-MAX_BODY: Final = 4 << 20
-"""Bytes a request body may hold (a frame's limit on the WebSocket)."""
 
 _ITEM = {
     "oneOf": [
@@ -43,13 +41,6 @@ _PUBLISH_BODY: dict[str, Any] = {
 }
 
 
-async def read_body(request: Request) -> bytes:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise Problem(413, "too large", f"the body holds {len(body):,} bytes; at most {MAX_BODY:,}")
-    return body
-
-
 def router(clients: Clients, auth: Authenticator) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["publish"])
     calling = Depends(auth.caller)
@@ -66,7 +57,7 @@ def router(clients: Clients, auth: Authenticator) -> APIRouter:
         """Publish one publication or a batch: a JSON item or array of items (PADRES text or
         an object of attributes), or PADRES text, one publication per line. Nothing is
         published unless all are valid and advertised."""
-        body = await read_body(request)
+        body = await request.body()  # bounded by ``Admission``
         kind = request.headers.get("content-type", "").split(";")[0].strip()
         if kind == "text/plain":
             pubs = publications_from_text(_text(body))

@@ -41,7 +41,7 @@ from web.inputs import filter_from, publications_from_json
 from web.metrics import Metrics, published
 from web.problems import Problem
 
-__all__ = ["ARMED_FOR", "MAX_REPORTS", "REPORT", "REQUEST", "Tracer"]
+__all__ = ["ARMED_FOR", "MAX_ARMED", "MAX_REPORTS", "REPORT", "REQUEST", "Tracer"]
 
 REQUEST: Final = "TRACE_REQUEST"
 REPORT: Final = "TRACE"
@@ -49,6 +49,9 @@ ARMED_FOR: Final = 30.0
 MAX_REPORTS: Final = 50
 KEPT: Final = 64
 """Traces a broker keeps the reports of."""
+MAX_ARMED: Final = 16
+"""Traces a broker is armed for at once: each costs a check of every publication it handles,
+so a flood of requests arms no more (the oldest is let go of first)."""
 READY_WAIT: Final = 5.0
 """Seconds a trace request waits for this broker's monitor session to start."""
 
@@ -131,6 +134,9 @@ class Tracer:
             wanted = frozenset((str(p), str(i)) for p, i in orjson.loads(targets))
         except (ValueError, TypeError):
             return  # not a request this version understands
+        self.armed.pop(trace, None)
+        while len(self.armed) >= MAX_ARMED:
+            del self.armed[next(iter(self.armed))]
         self.armed[trace] = _Armed(flt, wanted, time.monotonic() + ARMED_FOR)
         self._send({"broker": self.metrics.node.broker.id, "armed": True}, trace)
 

@@ -62,9 +62,11 @@ from padres.model.protocol import (
 )
 from padres.runtime.backoff import Backoff
 from padres.runtime.connection import Connection, Phase
+from padres.runtime.http import http_protocol
 from padres.runtime.pump import Handled, Pump
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import QueueStatistics, SendQueue, combined, encode
+from padres.runtime.strangers import PER_ADDRESS, Strangers
 from padres.security.tls import ServerTLS, client_context, secure
 
 __all__ = ["EXTENSIONS", "BrokerNode", "Handled", "Limits", "Observer"]
@@ -118,8 +120,14 @@ class Limits:
     """Queries of its tables a connection may make a second (each costs time in proportion to
     the tables); more are refused."""
     hello_within: float = 5.0
-    """Seconds a connection may stay open before the broker has accepted its ``hello``; then
-    it is closed, so that connections that never say who they are hold nothing for long."""
+    """Seconds a connection may stay open before the broker has accepted its ``hello`` (or,
+    over HTTP, before a request's headers are in); then it is closed, so that connections that
+    never say who they are hold nothing for long."""
+    strangers_per_address: int = PER_ADDRESS
+    """Connections from one address that have not said who they are, at most (``Strangers``)."""
+    strangers: int | None = None
+    """Such connections in all, at most (None: ``strangers.default_total()``, a quarter of
+    the file descriptors the process may open, 4,096 at most)."""
 
 
 class _Keepalive(WebSocketsSansIOProtocol):
@@ -169,6 +177,8 @@ class BrokerNode:
             client_context(tls_ca) if tls_ca or any(map(secure, self.neighbours)) else None
         )
         self.started = time.time()
+        self.strangers = Strangers(self.limits.strangers_per_address, self.limits.strangers)
+        """Connections that have not said who they are (``padres.runtime.strangers``)."""
         self._pump = Pump(broker, self._queue, screen=self._screen)
         """Walks the frames of every connection through the core (``receive``)."""
         self._refused = 0
@@ -207,7 +217,7 @@ class BrokerNode:
         """The node's ASGI app: the WebSocket endpoint, liveness, then what is mounted."""
         path = scope.get("path")
         if scope["type"] == "websocket" and path == "/ws":
-            await self._accept(receive, send)
+            await self._accept(scope, receive, send)
         elif scope["type"] == "http" and path == "/health":
             await _respond(send, 200, msgspec.json.encode(self.health()))
         elif self._mounted is not None:
@@ -217,8 +227,15 @@ class BrokerNode:
         elif scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1000, "reason": ""})
 
-    async def _accept(self, receive: Receive, send: Send) -> None:
+    async def _accept(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
+            return
+        hop = f"h{next(self._hops)}"
+        client = scope.get("client")
+        why = self.strangers.arrive(hop, client[0] if client else "an unknown address")
+        if why is not None:
+            log.warning("%s: refused a connection: %s", self.broker.id, why)
+            await send({"type": "websocket.close", "code": 1013, "reason": why[:120]})
             return
         await send({"type": "websocket.accept"})
 
@@ -228,7 +245,6 @@ class BrokerNode:
         async def close(code: int, reason: str) -> None:
             await send({"type": "websocket.close", "code": code, "reason": reason})
 
-        hop = f"h{next(self._hops)}"
         self._open(hop, send_bytes, close)
         await self._converse(hop, self._read_session(receive, hop))
 
@@ -277,6 +293,7 @@ class BrokerNode:
             interface="asgi3",
             log_level="warning",
             ws=_Keepalive,
+            http=http_protocol(self.strangers, self.limits.hello_within),
             ws_max_size=4 * self.limits.frame_bytes,
             ws_ping_interval=self.heartbeat,
             ws_ping_timeout=2 * self.heartbeat,
@@ -456,6 +473,7 @@ class BrokerNode:
         await self.receive(hop, data)
 
     async def _hang_up(self, hop: str) -> None:
+        self.strangers.leave(hop)
         connection = self._connections.pop(hop, None)
         self._dispatch(self.broker.close(hop))
         if connection is not None:
@@ -636,6 +654,8 @@ class BrokerNode:
         answers, and return the index of the first message left."""
         now = time.time()
         left, outs, handled = self._pump.walk(hop, items, lambda: now, first, budget)
+        if self.broker.greeted(hop):
+            self.strangers.leave(hop)
         self._promote(hop)
         for observe in self.observers:
             try:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from padres.broker import Broker, Out
-from padres.model.protocol import Envelope, Error, Rejected
+from padres.model.protocol import Envelope, Error, Hello, Rejected
 
 __all__ = ["ERROR_TEXT", "PREFETCH", "Handled", "Pump", "Screen", "Walked"]
 
@@ -36,11 +36,12 @@ ERROR_TEXT: Final = 1000
 """Characters of an exception's text that an ``error`` reply quotes at most."""
 
 Handled = tuple[Envelope, list[Out], float]
-"""A message the core handled, what it sent for it, and the seconds it took."""
+"""A message the core took, what it sent for it, and the seconds it took."""
 Walked = tuple[int, list[Out], list[Handled]]
 """What a walk got through: the index of the first message it left (the frame's length once
 all are handled); what it answered and did not dispatch, in order (the core's answers, and the
-``error`` of each message the core did not take); the messages the core handled."""
+``error`` of each message the core did not take); the messages the core took: from a hop it
+has accepted, and not refused (answered with an ``error`` first)."""
 Screen = Callable[[str, Envelope], Error | None]
 """The driver's check of a message from a hop before the core gets it: the ``error`` that
 refuses it, or None."""
@@ -115,8 +116,13 @@ class Pump:
                 why = f"internal error: {type(exc).__name__}: {exc}"
                 answer([(hop, Error(why[:ERROR_TEXT]))])
                 continue
-            handled.append((item, answered, time.perf_counter() - started))
             answer(answered)
+            if not broker.greeted(hop):
+                if broker.guard is not None and type(item) is Hello:
+                    left = len(items)  # refused: the connection closes, the rest unread
+                    break
+            elif not (answered and answered[0][0] == hop and type(answered[0][1]) is Error):
+                handled.append((item, answered, time.perf_counter() - started))
         broker.prefetch(())  # what was not handled is matched again when it is
         return left, outs, handled
 

@@ -27,7 +27,6 @@ call made again on its own thread answers at once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -451,9 +450,9 @@ class Accounts:
             return f"authentication failed for user {user!r}: no password or token given"
         entry = self._entries.get(user)
         tid = _token_id(secret)
-        if entry is not None and tid is not None and tid in entry.tokens:
-            if hmac.compare_digest(entry.tokens[tid], _token_digest(secret)):
-                return entry.account
+        stored = entry.tokens.get(tid) if entry is not None and tid is not None else None
+        if entry is not None and stored and hmac.compare_digest(stored, _token_digest(secret)):
+            return entry.account
         known = entry is not None and bool(entry.password)
         try:
             self.hasher.verify(entry.password if known and entry else self._decoy(), secret)
