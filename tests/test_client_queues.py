@@ -291,3 +291,33 @@ async def test_a_durable_queue_below_the_window_stops_the_reading_and_loses_noth
             assert await manager.query("subscriptions")  # requests are answered meanwhile
             await manager.unsubscribe("orders")
     assert "durable subscription orders may hold 8 deliveries" in caplog.text
+
+
+async def _durable_round(url: str, shop: Client, first: int) -> list[int]:
+    """The manager back on durable subscription ``orders`` while 50 are published from
+    ``first``, and gone as soon as its handler took them: what it took."""
+    seen: list[int] = []
+
+    def take(delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        seen.append(int(delivery.publication.attributes["n"]))
+
+    async with Client(url, "manager") as manager:
+        await manager.subscribe("[class,eq,'T']", take, durable="orders")
+        for n in range(first, first + 50):
+            await shop.publish({"class": "T", "n": n}, guaranteed=True)
+        await shop.flush(10)
+        await _until(lambda: len(seen) >= 50)
+    return seen
+
+
+async def test_closing_acknowledges_what_was_processed_so_nothing_comes_twice(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """A durable subscriber closes right after its handler took the last delivery (before the
+    acknowledgement it sends shortly after would have gone): back, it gets only what is new."""
+    url = _start(brokers, "B")
+    async with Client(url, "shop") as shop:
+        await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+        assert await _durable_round(url, shop, 0) == list(range(50))
+        assert await _durable_round(url, shop, 50) == list(range(50, 100))

@@ -529,6 +529,10 @@ class Client:
             await self._shut()
 
     async def _shut(self) -> None:
+        acks = self._due_acks() if self.state is ClientState.OPEN else []
+        if acks:  # what was processed is acknowledged, or it comes again at the next connection
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._send(acks), self.timeout)
         self.state = ClientState.CLOSED
         self._read_on()  # the reader must see the connection close
         if self._recovery is not None:
@@ -829,14 +833,19 @@ class Client:
         if self.state is ClientState.CONNECTING:
             self._ack_soon()  # once the connection is back (resuming tells the broker too)
             return
-        acks = []
+        acks = self._due_acks()
+        if acks and self.state is ClientState.OPEN:
+            task = asyncio.get_running_loop().create_task(self._send(acks))
+            task.add_done_callback(_quiet)
+
+    def _due_acks(self) -> list[Envelope]:
+        """An ``Ack`` for each durable subscription with deliveries processed since its last."""
+        acks: list[Envelope] = []
         for handle in self._subs.values():
             if handle.durable and handle.done > handle.acked:
                 handle.acked = handle.done
                 acks.append(Ack(handle.id, handle.done))
-        if acks and self.state is ClientState.OPEN:
-            task = asyncio.get_running_loop().create_task(self._send(acks))
-            task.add_done_callback(_quiet)
+        return acks
 
     async def declare_schema(
         self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]
