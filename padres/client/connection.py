@@ -529,10 +529,15 @@ class Client:
             await self._shut()
 
     async def _shut(self) -> None:
-        acks = self._due_acks() if self.state is ClientState.OPEN else []
-        if acks:  # what was processed is acknowledged, or it comes again at the next connection
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._send(acks), self.timeout)
+        try:
+            acks = self._due_acks() if self.state is ClientState.OPEN else []
+            if acks:  # what was processed is acknowledged, or it comes again when back
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._send(acks), self.timeout)
+        finally:  # closed even when cancelled meanwhile
+            await self._close_down()
+
+    async def _close_down(self) -> None:
         self.state = ClientState.CLOSED
         self._read_on()  # the reader must see the connection close
         if self._recovery is not None:
