@@ -1016,25 +1016,32 @@ _PUBLICATIONS = [
 _HASH = CHEAP.hash("pw")
 
 
+def _shop_and_reader(tmp: Path, grants: list[str]) -> tuple[Simulation, SimClient, SimClient]:
+    """Broker B1 with accounts: a shop that may advertise and publish orders, attached and
+    advertising them, and a reader granted ``grants``, attached."""
+    path = tmp / "accounts.toml"
+    path.write_text(
+        f'[accounts.B1]\nrole = "broker"\npassword = "{_HASH}"\n'
+        f'[accounts.shop]\npassword = "{_HASH}"\n'
+        f"advertise = {json.dumps([ORDERS])}\npublish = {json.dumps([ORDERS])}\n"
+        f'[accounts.reader]\npassword = "{_HASH}"\n'
+        f"subscribe = {json.dumps(grants)}\n"
+    )
+    sim = Simulation(clock=NOW.timestamp(), accounts=Accounts(path))
+    sim.add_broker("B1")
+    shop = sim.attach("shop", "B1", Credentials("shop", "pw"))
+    reader = sim.attach("reader", "B1", Credentials("reader", "pw"))
+    sim.send(shop, parse_advertisement(ORDERS, id="a"))
+    return sim, shop, reader
+
+
 @settings(max_examples=scaled(40), deadline=None)
 @given(grants=st.lists(_orders(), min_size=1, max_size=2), wanted=st.lists(_orders(), max_size=3))
 def test_a_subscriber_never_receives_what_no_grant_covers(
     grants: list[str], wanted: list[str]
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "accounts.toml"
-        path.write_text(
-            f'[accounts.B1]\nrole = "broker"\npassword = "{_HASH}"\n'
-            f'[accounts.shop]\npassword = "{_HASH}"\n'
-            f"advertise = {json.dumps([ORDERS])}\npublish = {json.dumps([ORDERS])}\n"
-            f'[accounts.reader]\npassword = "{_HASH}"\n'
-            f"subscribe = {json.dumps(grants)}\n"
-        )
-        sim = Simulation(clock=NOW.timestamp(), accounts=Accounts(path))
-        sim.add_broker("B1")
-        shop = sim.attach("shop", "B1", Credentials("shop", "pw"))
-        reader = sim.attach("reader", "B1", Credentials("reader", "pw"))
-        sim.send(shop, parse_advertisement(ORDERS, id="a"))
+        sim, shop, reader = _shop_and_reader(Path(tmp), grants)
         for i, text in enumerate(wanted):
             sim.send(reader, parse_subscription(text, id=f"s{i}"))
         sim.run()
@@ -1156,26 +1163,15 @@ def test_a_grant_cannot_be_escaped_at_the_edge_of_exact_floats() -> None:
     ]
     for grant in edge:
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "accounts.toml"
-            path.write_text(
-                f'[accounts.shop]\npassword = "{_HASH}"\n'
-                f"advertise = {json.dumps([ORDERS])}\npublish = {json.dumps([ORDERS])}\n"
-                f'[accounts.reader]\npassword = "{_HASH}"\nsubscribe = {json.dumps([grant])}\n'
-            )
-            sim = Simulation(clock=NOW.timestamp(), accounts=Accounts(path))
-            sim.add_broker("B1")
-            shop = sim.attach("shop", "B1", Credentials("shop", "pw"))
-            reader = sim.attach("reader", "B1", Credentials("reader", "pw"))
-            sim.send(shop, parse_advertisement(ORDERS, id="a"))
+            sim, shop, reader = _shop_and_reader(Path(tmp), [grant])
             sim.send(
                 reader, parse_subscription("[class,eq,'Order'],[n,=,9007199254740992.0]", id="s")
             )
             sim.run()
             sim.send(shop, Publication("p", {"class": "Order", "n": 2**53}, NOW))
             sim.run()
-        assert [e.text for e in reader.errors] and "no subscribe grant covers it" in reader.errors[
-            0
-        ].text
+        errors = [e.text for e in reader.errors]
+        assert errors and "no subscribe grant covers it" in errors[0]
         assert reader.notifications == []
 
 

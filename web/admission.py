@@ -17,7 +17,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from web.auth import Authenticator
-from web.problems import Problem, problem_response
+from web.problems import Problem
 
 __all__ = ["OTHER", "PUBLICATIONS", "Admission"]
 
@@ -45,20 +45,17 @@ class Admission:
         if length in (None, b"0") and not chunked:
             await self.app(scope, receive, send)
             return
+        limit = bound(scope["path"])
         try:
-            await self._admit(scope, length)
-            body = await _body(receive, bound(scope["path"]))
+            await self._admit(scope, length, limit)
+            body = await _body(receive, limit)
         except Problem as problem:
-            response = problem_response(
-                problem.status, problem.title, problem.detail, problem.headers, **problem.extra
-            )
-            await response(scope, receive, send)
+            await problem.response()(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _admit(self, scope: Scope, length: bytes | None) -> None:
+    async def _admit(self, scope: Scope, length: bytes | None, limit: int) -> None:
         await self.auth.caller(HTTPConnection(scope))
-        limit = bound(scope["path"])
         if length is not None:
             if not length.isdigit():
                 raise Problem(400, "bad request", "the Content-Length header is not a number")

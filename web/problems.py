@@ -44,6 +44,10 @@ class Problem(Exception):
         self.headers = headers
         self.extra = extra
 
+    def response(self) -> Response:
+        """This problem, as the response that answers it."""
+        return problem_response(self.status, self.title, self.detail, self.headers, **self.extra)
+
 
 def located(exc: InvalidMessage, where: str) -> dict[str, Any]:
     """One bad input, located: ``where`` it is, and for PADRES text the line, column and caret
@@ -92,7 +96,7 @@ def install_handlers(app: FastAPI) -> None:
     """Answer every error of ``app`` with a problem document."""
 
     async def on_problem(request: Request, exc: Problem) -> Response:
-        return problem_response(exc.status, exc.title, exc.detail, exc.headers, **exc.extra)
+        return exc.response()
 
     async def on_http(request: Request, exc: HTTPException) -> Response:
         title = {404: "not found", 405: "method not allowed"}.get(exc.status_code, "refused")

@@ -321,7 +321,7 @@ class Durables:
         """Delivery ``seq`` of durable subscription ``name``, as queued here, if it is still
         queued (not acknowledged)."""
         durable = self._durables.get((owner, name))
-        if durable is None or not durable.record.acked < seq:
+        if durable is None or seq <= durable.record.acked:
             return None
         queued = self.journal.queued(durable.record, seq - 1, 1)
         return queued[0][1] if queued and queued[0][0] == seq else None

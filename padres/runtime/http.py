@@ -10,9 +10,9 @@ a WebSocket is counted again by the node, until its ``hello`` is accepted.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
+import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from padres.runtime.strangers import Strangers
@@ -76,9 +76,9 @@ class HttpProtocol(H11Protocol):
 
 def _refusal(why: str) -> bytes:
     """A ``503`` saying ``why``, as a problem document, to a connection about to be closed."""
-    body = json.dumps(
+    body = msgspec.json.encode(
         {"type": "about:blank", "title": "too many connections", "status": 503, "detail": why}
-    ).encode()
+    )
     head = (
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\nretry-after: 1\r\n\r\n"

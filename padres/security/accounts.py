@@ -27,6 +27,7 @@ call made again on its own thread answers at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -453,13 +454,10 @@ class Accounts:
         stored = entry.tokens.get(tid) if entry is not None and tid is not None else None
         if entry is not None and stored and hmac.compare_digest(stored, _token_digest(secret)):
             return entry.account
-        known = entry is not None and bool(entry.password)
-        try:
-            self.hasher.verify(entry.password if known and entry else self._decoy(), secret)
-        except (VerificationError, InvalidHashError):
-            known = False
-        if known and entry is not None:
-            return entry.account
+        password = entry.password if entry is not None else ""
+        with contextlib.suppress(VerificationError, InvalidHashError):  # the decoy matches none
+            if self.hasher.verify(password or self._decoy(), secret) and entry and password:
+                return entry.account
         return f"authentication failed for user {user!r}: unknown user or wrong password"
 
     # -- editing -----------------------------------------------------------------------------
