@@ -62,8 +62,9 @@ async def test_a_broker_lost_with_its_machine_is_replaced_elsewhere_with_nothing
     """A chain A-B-C, B's journal in PostgreSQL and nothing of B on disk. The durable
     subscriber's broker C hangs while the publisher at B publishes, so B holds what it
     accepted and could not forward; then B is killed. A new process of B on another port, with
-    the same id and journal, takes over: the subscriber gets every publication once, in
-    order."""
+    the same id and journal, takes over; the publisher, which lists both addresses, fails over
+    to it and advertises again, so its tree is back: the subscriber gets every publication
+    once, in order."""
     a, b, c, b2 = free_ports(4)
     url = {"A": f"ws://127.0.0.1:{a}", "C": f"ws://127.0.0.1:{c}"}
     journal = ["--journal", LIBPQ]
@@ -79,16 +80,19 @@ async def test_a_broker_lost_with_its_machine_is_replaced_elsewhere_with_nothing
         url[broker_id] = procs[2].url
         wait_linked([("A", broker_id), (broker_id, "C")], url)
         got = _Numbers()
-        async with Client(url["C"], "manager", reconnect=True, timeout=30) as manager:
+        b_urls = [url[broker_id], f"ws://127.0.0.1:{b2}"]
+        async with (
+            Client(url["C"], "manager", reconnect=True, timeout=30) as manager,
+            Client(b_urls, "shop", reconnect=True, timeout=30) as shop,
+        ):
             await manager.subscribe("[class,eq,'T']", got, durable="orders")
-            async with Client(url[broker_id], "shop") as shop:
-                await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
-                for n in range(COUNT):
-                    if n == COUNT // 3:
-                        await eventually(lambda: len(got.got) == COUNT // 3)
-                        procs[1].pause()  # C hangs: B keeps what it cannot forward
-                    await shop.publish({"class": "T", "n": n}, guaranteed=True)
-                await shop.flush(30)  # B acknowledged all: its journal holds them
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+            for n in range(COUNT):
+                if n == COUNT // 3:
+                    await eventually(lambda: len(got.got) == COUNT // 3)
+                    procs[1].pause()  # C hangs: B keeps what it cannot forward
+                await shop.publish({"class": "T", "n": n}, guaranteed=True)
+            await shop.flush(30)  # B acknowledged all: its journal holds them
             assert len(got.got) == COUNT // 3
             procs[2].kill()  # B, with its machine
             procs[1].resume()
