@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from padres.broker import Broker, BrokerConfig
 from padres.broker.quotas import Quotas
@@ -65,6 +65,7 @@ from padres.runtime import node as node_module
 from padres.runtime.node import BrokerNode
 from padres.testing.processes import BrokerProcess
 from rete.operators import Op, Value
+from tests.support import eventually
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 CLASS = Predicate("class", Op.EQ, "T")
@@ -543,6 +544,58 @@ async def test_connections_that_have_not_said_who_they_are_are_bounded_and_timed
         assert time.monotonic() - started < 2.0
         assert len(node.strangers) == 0
         writer.close()
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+
+async def test_a_client_whose_requests_are_refused_is_slowed_then_disconnected() -> None:
+    """A client sending only refused requests (unsubscribing what it never subscribed) gets
+    its burst answered at once, then its frames are read at the refusal rate, and once it
+    has been slowed for ``refusals_slowed`` seconds it is disconnected with an error saying
+    why; a bystander publishing and subscribing meanwhile loses nothing."""
+    limits = node_module.Limits(refusals_per_second=50, refusals_burst=100, refusals_slowed=2.0)
+    node = BrokerNode(Broker("B1"), heartbeat=1, limits=limits)
+    port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    serving = asyncio.ensure_future(node.serve(ready=port.set_result))
+    url = f"ws://127.0.0.1:{await port}/ws"
+    got: list[int] = []
+    try:
+        async with Client(url, "bystander") as bystander, connect(url) as abuser:
+            await bystander.advertise("[class,eq,'T'],[n,isPresent,0]")
+            await bystander.subscribe("[class,eq,'T']", lambda d: got.append(0))
+            await abuser.send(orjson.dumps({"type": "hello", "name": "abuser"}))
+            assert orjson.loads(await abuser.recv())[0]["type"] == "welcome"
+            frame = orjson.dumps(
+                [{"type": "unsubscribe", "subscription_id": f"s{i}"} for i in range(50)]
+            )
+            answered: list[float] = []
+            started = time.monotonic()
+
+            async def abuse() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    while True:
+                        await abuser.send(frame)
+                        for message in orjson.loads(await abuser.recv()):
+                            answered.append(time.monotonic() - started)
+                            last = message["text"]
+                            if "disconnected" in last:
+                                return
+
+            abusing = asyncio.ensure_future(abuse())
+            for n in range(40):
+                await bystander.publish({"class": "T", "n": n})
+                await asyncio.sleep(0.05)
+            await asyncio.wait_for(abusing, 10)
+            await asyncio.wait_for(abuser.wait_closed(), 5)
+            assert abuser.close_code == 1008
+            # the burst at once; then about 50 a second, for about 2 s
+            assert sum(t < 0.5 for t in answered) <= 200
+            assert 150 <= len(answered) <= 400
+            await eventually(lambda: len(got) == 40)
+            await bystander.publish({"class": "T", "n": 40})
+            await eventually(lambda: len(got) == 41)
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):

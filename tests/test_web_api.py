@@ -22,6 +22,7 @@ from websockets.sync.client import connect
 from padres.client.connection import BlockingClient
 from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess, DatabaseProcess
+from web.clients import LIVE_QUEUE, OPEN_PER_ACCOUNT, PUBLISHERS_PER_ACCOUNT
 
 ORDERS = "[class,eq,'Order']"
 PROBLEM = "application/problem+json"
@@ -651,3 +652,49 @@ def test_a_trace_is_complete_in_a_cyclic_overlay() -> None:
                 return {m["subscription"] for h in hops for m in h["matched"]}
 
             eventually(lambda: matched() == set(subs.values()), what=matched)
+
+
+def test_what_rest_clients_hold_at_the_broker_is_bounded_per_account() -> None:
+    """A plain REST subscription nobody reads queues at most ``LIVE_QUEUE`` bytes at the
+    broker; one account keeps at most ``OPEN_PER_ACCOUNT`` open and ``PUBLISHERS_PER_ACCOUNT``
+    publishers; a publish refused under a new client name keeps no publisher."""
+    broker = BrokerProcess(
+        "S", options=["--max-subscriptions", "1000", "--evict-after", "60", "--heartbeat", "1"]
+    )
+    broker.start()
+    try:
+        base = f"http://127.0.0.1:{broker.port}"
+        _advertise(base, "[class,eq,'Flood'],[pad,isPresent,'']", "flood")
+        unread = _subscribe(base, filter="[class,eq,'Flood']")
+        batch = [{"class": "Flood", "pad": "x" * 1000}] * 1000
+        for _ in range(3):
+            r = httpx.post(f"{base}/api/v1/publications?client=flood", json=batch)
+            assert r.status_code == 201, r.text
+
+        def queue() -> dict[str, Any]:
+            info = httpx.get(f"{base}/api/v1/broker").json()
+            return next(c for c in info["clients"] if c["name"].startswith(f"web-{unread['id']}"))
+
+        deadline = time.monotonic() + 10
+        while queue()["dropped"] == 0:
+            assert time.monotonic() < deadline, "nothing was dropped"
+            time.sleep(0.1)
+        assert queue()["queued_bytes"] <= LIVE_QUEUE + 2048
+        for _ in range(OPEN_PER_ACCOUNT - 1):
+            _subscribe(base, filter="[class,eq,'Other']")
+        over = httpx.post(f"{base}/api/v1/subscriptions", json={"filter": "[class,eq,'Other']"})
+        _problem(over, 409, f"the API has {OPEN_PER_ACCOUNT} REST subscriptions open")
+        for n in range(PUBLISHERS_PER_ACCOUNT + 5):  # refused, so none is kept
+            r = httpx.post(f"{base}/api/v1/publications?client=stray{n}", json={"class": "Flood"})
+            _problem(r, 409, "advertise what you publish first")
+        for n in range(PUBLISHERS_PER_ACCOUNT - 1):  # 'flood' is the first
+            _advertise(base, "[class,eq,'Flood'],[pad,isPresent,'']", f"shop{n}")
+        r = httpx.post(
+            f"{base}/api/v1/advertisements",
+            json={"filter": "[class,eq,'Flood']", "client": "one-too-many"},
+        )
+        _problem(r, 409, f"the API keeps {PUBLISHERS_PER_ACCOUNT} publishers")
+        names = [c["name"] for c in httpx.get(f"{base}/api/v1/broker").json()["clients"]]
+        assert not [name for name in names if name.startswith("stray")]
+    finally:
+        broker.stop()

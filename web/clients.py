@@ -80,6 +80,15 @@ REPLY_TIMEOUT: Final = 30.0
 """Seconds a request waits for the broker's reply."""
 READ_AHEAD: Final = (256, 256 << 10)
 """Deliveries, and bytes of them, a REST subscription's client holds for its reader."""
+LIVE_QUEUE: Final = 1 << 20
+"""Bytes of deliveries a plain REST subscription may queue at the broker (a durable one's
+are bounded by its window, ``WINDOW_BYTES``)."""
+OPEN_PER_ACCOUNT: Final = 64
+"""REST subscriptions one account (or, without accounts, the API) may have open at once:
+plain ones, and durable ones while a stream reads them. With ``LIVE_QUEUE`` and
+``READ_AHEAD``, this bounds the memory one account's REST subscriptions hold."""
+PUBLISHERS_PER_ACCOUNT: Final = 64
+"""Named publishers (``?client=``) one account (or the API) may keep at once."""
 
 
 class SubscriptionEnded(Exception):
@@ -160,6 +169,11 @@ class Clients:
         async with self._opening:
             client, opened_as = self.publishers.get(name, (None, ""))
             if client is None or client.state is ClientState.CLOSED:
+                kept = [c for c, o in self.publishers.values() if o == owner]
+                if sum(c.state is not ClientState.CLOSED for c in kept) >= PUBLISHERS_PER_ACCOUNT:
+                    whose = f"user {owner!r} keeps" if owner else "the API keeps"
+                    why = f"{whose} {PUBLISHERS_PER_ACCOUNT} publishers, the limit: reuse a name"
+                    raise Problem(409, "too many publishers", why)
                 client = await connect(self.node, name, caller)
                 self.publishers[name] = client, owner
             elif opened_as != owner:
@@ -192,6 +206,8 @@ class Clients:
         if any(p.class_name == SCHEMA_CLASS for p in publications):
             return await self._declare(client, publications, caller)
         self._typed(publications)
+        was, _ = self.publishers.get(client, (None, ""))
+        kept = was is not None and was.state is not ClientState.CLOSED
         publisher = await self.publisher(client, caller)
         publications = [
             Publication(p.id, p.attributes, p.timestamp, publisher.session) for p in publications
@@ -203,6 +219,9 @@ class Clients:
             if not self.node.broker.conforming(hop, p)
         ]
         if strays:
+            if not kept:  # opened for this request alone: nothing of it is kept
+                del self.publishers[client]
+                await publisher.close()
             raise Problem(
                 409,
                 "not advertised",
@@ -300,7 +319,8 @@ class Clients:
             async with self._durable_client(sub, caller) as client:
                 incomplete = (await ask(client, Durable(_atomic(sub)))).incomplete
         else:
-            client = await connect(self.node, sub.session_name, caller)
+            self._room(caller)
+            client = await connect(self.node, sub.session_name, caller, LIVE_QUEUE)
             try:
                 sub.handle = await _made(client, sub)
             except BaseException:
@@ -311,6 +331,19 @@ class Clients:
         self.subscriptions[sub.id] = sub
         self._ended.pop(sub.id, None)
         return incomplete
+
+    def _room(self, caller: Caller) -> None:
+        """A 409 unless the caller's account may open one more REST subscription's client
+        (``OPEN_PER_ACCOUNT``)."""
+        held = self.subscriptions.values()
+        open_ = sum(1 for s in held if s.owner == caller.name and (s.reading or not s.durable))
+        if open_ >= OPEN_PER_ACCOUNT:
+            whose = f"user {caller.name!r} has" if caller.name else "the API has"
+            why = (
+                f"{whose} {open_} REST subscriptions open (plain ones, and durable ones being "
+                f"read), the limit: remove some, or read durable ones one after the other"
+            )
+            raise Problem(409, "too many open subscriptions", why)
 
     def get(self, sid: str, caller: Caller = _ANYONE) -> RestSubscription:
         sub = self.subscriptions.get(sid)
@@ -345,6 +378,8 @@ class Clients:
         sub = self.get(sid, caller)
         if sub.reading:
             raise Problem(409, "already read", f"another stream reads subscription {sid!r}")
+        if sub.durable:
+            self._room(caller)
         sub.reading = True
         try:
             if sub.durable:
@@ -422,13 +457,17 @@ async def _resumed(client: Client, sub: RestSubscription, acked: int) -> Subscri
         raise _problem(client, sub.id, exc) from None
 
 
-async def connect(node: BrokerNode, name: str, caller: Caller = _ANYONE) -> Client:
-    """A client of the broker as ``caller``'s account (the broker's own when it has none)."""
+async def connect(
+    node: BrokerNode, name: str, caller: Caller = _ANYONE, queue_limit: int | None = None
+) -> Client:
+    """A client of the broker as ``caller``'s account (the broker's own when it has none),
+    for which the broker queues ``queue_limit`` bytes (by default, as for any client)."""
     client = Client.attached(
         node,
         name,
         account=caller.account,
         trusted=True,
+        queue_limit=queue_limit,
         timeout=REPLY_TIMEOUT,
         max_pending=READ_AHEAD[0],
         max_pending_bytes=READ_AHEAD[1],

@@ -1,11 +1,15 @@
 """``padres bench fuzz``: a broker process under a stream of bad frames, and a client beside it.
 
-One connection (the fuzzer) says hello, then sends frames for ``seconds``: valid messages,
+A publisher and a subscriber exchange a publication every 10 ms, alone for a few seconds
+(``quiet``), then beside the fuzzer. The fuzzer says hello, then sends frames for ``seconds``:
+valid messages,
 valid frames with bits flipped, truncated, with values of the wrong type, numbers out of range,
 deep nesting, invalid UTF-8, ids with control characters, and oversized requests (a
 subscription of 10,000 predicates, 5,000 advertisements in one frame, an advertisement of
-100,000 predicates, 100,000 attributes, 20,000 messages in a frame). Meanwhile a publisher
-and a subscriber on their own connections exchange a publication every 10 ms.
+100,000 predicates, 100,000 attributes, 20,000 messages in a frame). Most of them are
+refused: a broker with its default limits slows the fuzzer, then disconnects it, and it dials
+again (``slowed``); a broker started for the campaign otherwise lifts that limit, so that every
+frame reaches it.
 
 What must hold, and is reported as ``violations`` otherwise: the broker process lives; the
 fuzzer's connection stays open (or is closed with a reason); after its last frame, a request
@@ -35,6 +39,7 @@ from websockets.exceptions import ConnectionClosed
 
 from padres.client.connection import Client, Delivery
 from padres.model.protocol import Notify
+from padres.runtime.node import REFUSED_TOO_OFTEN
 from padres.testing.processes import BrokerProcess
 
 __all__ = ["MAX_ERROR_TEXT", "frames", "report", "run"]
@@ -236,10 +241,10 @@ def frames(rng: random.Random) -> tuple[str, Frame]:
 
 
 class _Fuzzer:
-    """The fuzzing connection: what it sent and what came back."""
+    """The fuzzing client, over one connection after another: what it sent and what came
+    back."""
 
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
+    def __init__(self) -> None:
         self.sent: Counter[str] = Counter()
         self.errors = 0
         self.longest_error = 0
@@ -247,12 +252,15 @@ class _Fuzzer:
         """Errors that are a broker's bug, not the fuzzer's fault."""
         self.answered = asyncio.Event()
         self.closed = ""
-        """How the broker closed the connection (its code and reason), if it did."""
+        """How the broker closed the last connection (its code and reason), if it did."""
         self.reason = ""
+        self.disconnects = 0
+        """Connections the broker closed for too many refused requests (then dialled again)."""
 
-    async def read(self) -> None:
+    async def read(self, ws: ClientConnection) -> None:
+        self.closed = self.reason = ""
         with contextlib.suppress(ConnectionClosed):
-            async for data in self.ws:
+            async for data in ws:
                 for message in _messages(data):
                     if message.get("type") == "error":
                         text = str(message.get("text", ""))
@@ -262,8 +270,10 @@ class _Fuzzer:
                             self.internal.append(text[:200])
                     if message.get("ref") == _FIN:
                         self.answered.set()
-        self.reason = self.ws.close_reason or ""
-        self.closed = f"{self.ws.close_code} {self.reason}".strip()
+        self.reason = ws.close_reason or ""
+        self.closed = f"{ws.close_code} {self.reason}".strip()
+        if self.reason == REFUSED_TOO_OFTEN:
+            self.disconnects += 1
 
 
 def _messages(data: bytes | str) -> list[dict[str, Any]]:
@@ -294,22 +304,19 @@ class _Watch:
             self.latencies.append(time.time() - sent)
 
 
-async def _campaign(url: str, seconds: float, seed: int) -> dict[str, Any]:
+async def _campaign(url: str, seconds: float, seed: int, quiet: float) -> dict[str, Any]:
     _oversized_frames()
     rng = random.Random(seed)
     watch = _Watch()
+    fuzzer = _Fuzzer()
     published = 0
     async with (
         Client(url, _VICTIM, timeout=30) as pub,
         Client(url, "victim-sub", timeout=30) as sub,
-        connect(url, max_size=None, compression=None) as ws,
     ):
         await pub.advertise("[class,eq,'V'],[seq,isPresent],[sent,isPresent]")
         await sub.subscribe("[class,eq,'V']", watch)
-        fuzzer = _Fuzzer(ws)
-        await ws.send(orjson.dumps({"type": "hello", "name": "fuzzer"}))
-        reader = asyncio.get_running_loop().create_task(fuzzer.read())
-        stop = time.monotonic() + seconds
+        stop = time.monotonic() + quiet + seconds
 
         async def publish() -> None:
             nonlocal published
@@ -320,23 +327,34 @@ async def _campaign(url: str, seconds: float, seed: int) -> dict[str, Any]:
                 await asyncio.sleep(0.01)
 
         publisher = asyncio.get_running_loop().create_task(publish())
+        await asyncio.sleep(quiet)  # the client beside it, before any fuzzing
+        calm, watch.latencies = watch.latencies, []
         started = time.monotonic()
-        with contextlib.suppress(ConnectionClosed):
-            while time.monotonic() < stop and not fuzzer.closed:
-                kind, frame = frames(rng)
-                fuzzer.sent[kind] += 1
-                await ws.send(frame)
-                await asyncio.sleep(0)
+        answered = False
+        while time.monotonic() < stop:
+            async with connect(url, max_size=None, compression=None) as ws:
+                await ws.send(orjson.dumps({"type": "hello", "name": "fuzzer"}))
+                reader = asyncio.get_running_loop().create_task(fuzzer.read(ws))
+                with contextlib.suppress(ConnectionClosed):
+                    while time.monotonic() < stop and not reader.done():
+                        kind, frame = frames(rng)
+                        fuzzer.sent[kind] += 1
+                        await ws.send(frame)
+                        await asyncio.sleep(0)
+                if time.monotonic() >= stop:
+                    answered = await _fin(ws, fuzzer)
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+            if fuzzer.reason != REFUSED_TOO_OFTEN:
+                break  # closed for another reason: a violation, unless it says why
         sent_for = time.monotonic() - started
         await publisher
-        answered = await _fin(ws, fuzzer)
         deadline = time.monotonic() + 30
         while len(watch.seen) < published and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
     latencies = sorted(watch.latencies) or [0.0]
+    calm = sorted(calm) or [0.0]
     return {
         "seed": seed,
         "seconds": round(sent_for, 1),
@@ -345,16 +363,26 @@ async def _campaign(url: str, seconds: float, seed: int) -> dict[str, Any]:
         "errors": fuzzer.errors,
         "longest_error": fuzzer.longest_error,
         "internal_errors": fuzzer.internal[:10],
-        "fuzzer_closed": fuzzer.closed,
-        "fuzzer_close_reason": fuzzer.reason,
+        "fuzzer_closed": "" if answered else fuzzer.closed,
+        "fuzzer_close_reason": "" if answered else fuzzer.reason,
         "fuzzer_answered": answered,
+        "fuzzer_disconnects": fuzzer.disconnects,
         "published": published,
         "delivered": len(watch.seen),
         "duplicates": watch.duplicates,
-        "latency_p50_ms": round(1000 * statistics.median(latencies), 2),
-        "latency_p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
-        "latency_max_ms": round(1000 * latencies[-1], 2),
+        "quiet_p99_ms": _ms(_p99(calm)),
+        "latency_p50_ms": _ms(statistics.median(latencies)),
+        "latency_p99_ms": _ms(_p99(latencies)),
+        "latency_max_ms": _ms(latencies[-1]),
     }
+
+
+def _p99(ordered: list[float]) -> float:
+    return ordered[int(0.99 * (len(ordered) - 1))]
+
+
+def _ms(seconds: float) -> float:
+    return round(1000 * seconds, 2)
 
 
 async def _fin(ws: ClientConnection, fuzzer: _Fuzzer) -> bool:
@@ -370,18 +398,28 @@ async def _fin(ws: ClientConnection, fuzzer: _Fuzzer) -> bool:
     return False
 
 
-def run(seconds: float = 60.0, seed: int = 1, url: str | None = None) -> dict[str, Any]:
+def run(
+    seconds: float = 60.0,
+    seed: int = 1,
+    url: str | None = None,
+    *,
+    quiet: float = 2.0,
+    slowed: bool = False,
+) -> dict[str, Any]:
     """The campaign against the broker at ``url``, or a broker process started for it (whose
-    log is searched for tracebacks); returns its figures and ``violations``, what did not
-    hold."""
+    log is searched for tracebacks), after ``quiet`` seconds of the client beside it alone;
+    returns its figures and ``violations``, what did not hold. A broker started here lifts
+    its limit on refused messages, so that every frame reaches it, unless ``slowed``: then
+    the fuzzer is slowed and disconnected as any client would be, and dials again."""
     if url is not None:
-        result = asyncio.run(_campaign(url, seconds, seed))
+        result = asyncio.run(_campaign(url, seconds, seed, quiet))
         result |= {"broker_alive": True, "broker_tracebacks": 0}
     else:
+        options = ["--heartbeat", "1"] + ([] if slowed else ["--max-refusals", "1e9"])
         with tempfile.TemporaryFile() as log:
-            proc = BrokerProcess("F1", options=["--heartbeat", "1"], log=log)
+            proc = BrokerProcess("F1", options=options, log=log)
             try:
-                result = asyncio.run(_campaign(proc.start(), seconds, seed))
+                result = asyncio.run(_campaign(proc.start(), seconds, seed, quiet))
                 result["broker_alive"] = proc.alive
             finally:
                 proc.stop()
@@ -420,9 +458,10 @@ def report(r: dict[str, Any]) -> str:
         f"  fuzzer: {r['errors']:,} errors back, the longest {r['longest_error']:,} characters; "
         f"connection {'closed: ' + r['fuzzer_closed'] if r['fuzzer_closed'] else 'open'}, "
         f"{'answering' if r['fuzzer_answered'] else 'NOT answering'} at the end",
+        f"  disconnected {r['fuzzer_disconnects']} times for too many refused requests",
         f"  beside it: {r['delivered']} of {r['published']} publications delivered, latency p50 "
-        f"{r['latency_p50_ms']:.1f} ms, p99 {r['latency_p99_ms']:.1f} ms, "
-        f"max {r['latency_max_ms']:.1f} ms",
+        f"{r['latency_p50_ms']:.1f} ms, p99 {r['latency_p99_ms']:.1f} ms "
+        f"(alone before: {r['quiet_p99_ms']:.1f} ms), max {r['latency_max_ms']:.1f} ms",
         f"  broker {'alive' if r['broker_alive'] else 'DEAD'}, "
         f"{r['broker_tracebacks']} tracebacks in its log; violations: "
         + ("; ".join(r["violations"]) or "none"),

@@ -73,6 +73,13 @@ def register(commands: Any) -> None:
     f.add_argument("--seconds", type=float, default=60.0, help="how long the fuzzer sends")
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--broker", metavar="URL", help="fuzz this broker (default: start one)")
+    f.add_argument(
+        "--slowed",
+        action="store_true",
+        help="start the broker with its default limit on refused messages: the fuzzer is "
+        "slowed and disconnected, and dials again (default: the limit is lifted, so that "
+        "every frame reaches the broker)",
+    )
     f.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     f.set_defaults(run=run_fuzz)
     for plugin in entry_points(group="padres.benchmarks"):
@@ -118,7 +125,7 @@ def run_guaranteed(args: argparse.Namespace) -> int:
 
 
 def run_fuzz(args: argparse.Namespace) -> int:
-    result = fuzz.run(args.seconds, args.seed, args.broker)
+    result = fuzz.run(args.seconds, args.seed, args.broker, slowed=args.slowed)
     show(args, result, fuzz.report)
     return 1 if result["violations"] else 0
 

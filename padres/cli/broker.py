@@ -15,6 +15,7 @@ from padres.broker.journal import Journal
 from padres.broker.sqlite_journal import SqliteJournal, Sync
 from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.inputs import positive
 from padres.cli.logs import setup_logging
 from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
@@ -45,7 +46,7 @@ def register(commands: Any) -> None:
     defaults = Limits()
     p.add_argument(
         "--client-queue",
-        type=float,
+        type=positive(float),
         default=defaults.client_queue / MIB,
         metavar="MIB",
         help="MiB queued for a client that reads too slowly before messages to it are dropped "
@@ -53,7 +54,7 @@ def register(commands: Any) -> None:
     )
     p.add_argument(
         "--evict-after",
-        type=float,
+        type=positive(float),
         default=defaults.evict_after,
         metavar="SECONDS",
         help="seconds a client may stay over its queue limit before it is disconnected "
@@ -61,7 +62,7 @@ def register(commands: Any) -> None:
     )
     p.add_argument(
         "--link-queue",
-        type=float,
+        type=positive(float),
         default=defaults.link_queue / MIB,
         metavar="MIB",
         help="MiB queued for a neighbour broker before the link is closed and resynchronised "
@@ -69,7 +70,7 @@ def register(commands: Any) -> None:
     )
     p.add_argument(
         "--pause-at",
-        type=float,
+        type=positive(float),
         default=defaults.pause_at / MIB,
         metavar="MIB",
         help="MiB queued for a neighbour at which the broker stops reading from its clients, "
@@ -113,7 +114,7 @@ def register(commands: Any) -> None:
 def _limit_options(p: argparse.ArgumentParser, defaults: Limits) -> None:
     p.add_argument(
         "--max-frame",
-        type=float,
+        type=positive(float),
         default=defaults.frame_bytes / MIB,
         metavar="MIB",
         help="MiB of a frame beyond which it is refused; four times that closes the connection "
@@ -121,10 +122,20 @@ def _limit_options(p: argparse.ArgumentParser, defaults: Limits) -> None:
     )
     p.add_argument(
         "--max-frame-messages",
-        type=int,
+        type=positive(int),
         default=defaults.frame_messages,
         metavar="N",
         help=f"messages of a frame beyond which it is refused (default {defaults.frame_messages})",
+    )
+    p.add_argument(
+        "--max-refusals",
+        type=positive(float),
+        default=defaults.refusals_per_second,
+        metavar="N",
+        help="refused messages a client may cause a second, on average, with a burst of ten "
+        "times as many; past that its frames are read more slowly, and a client slowed for "
+        f"{defaults.refusals_slowed:g} s on end is disconnected "
+        f"(default {defaults.refusals_per_second:g})",
     )
 
 
@@ -194,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         evict_after=args.evict_after,
         frame_bytes=int(args.max_frame * MIB),
         frame_messages=args.max_frame_messages,
+        refusals_per_second=args.max_refusals,
+        refusals_burst=int(10 * args.max_refusals),
     )
     tls = _tls(args)
     node = BrokerNode(

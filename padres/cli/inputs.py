@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from padres.errors import CommandError
 
-__all__ = ["expand", "read_lines"]
+__all__ = ["expand", "positive", "read_lines"]
 
 
 def expand(paths: Sequence[str]) -> list[str]:
@@ -60,3 +61,18 @@ def _checked(lines: Iterable[str], name: str) -> Iterator[str]:
         raise CommandError(
             f"{name}: not UTF-8 text near line {lineno + 1} ({exc.reason})"
         ) from None
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse ``type``: a number of ``kind`` above zero, or a clear error."""
+
+    def convert(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return convert

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from padres.cli.inputs import expand, read_lines
+from padres.cli.inputs import expand, positive, read_lines
 from padres.errors import CommandError
 from padres.language.batch import BatchReader
 from padres.matching.engines import ENGINES, make_engine
@@ -47,13 +47,13 @@ def register(commands: Any) -> None:
     )
     p.add_argument(
         "--max-facts",
-        type=_positive(int),
+        type=positive(int),
         default=CompositeLimits().max_facts,
         help="per composite part",
     )
     p.add_argument(
         "--window",
-        type=_positive(float),
+        type=positive(float),
         metavar="SECONDS",
         help="forget composite parts older than this",
     )
@@ -63,19 +63,6 @@ def register(commands: Any) -> None:
         help="one publication may fill several parts of a composite, as in PADRES",
     )
     p.set_defaults(run=run)
-
-
-def _positive(kind: type[int] | type[float]) -> Any:
-    def convert(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-        return value
-
-    return convert
 
 
 def _natural(text: str) -> tuple[Any, ...]:

@@ -446,14 +446,17 @@ class Client:
         *,
         account: Account | None = None,
         trusted: bool = False,
+        queue_limit: int | None = None,
         **options: Any,
     ) -> Client:
         """A client of ``node``, a broker node in this process, connected without a socket
         (``padres.client.transport``). ``trusted``: the caller has authenticated whom the
         client acts for, ``account`` (or the broker itself, with no account); else the
-        credentials in ``options`` are checked as over a socket."""
+        credentials in ``options`` are checked as over a socket. ``queue_limit``: the bytes
+        the node may queue for it (by default, as for a socket's client)."""
         label = f"{node.broker.id} (in this process)"
-        return cls(label, name, transport=attached(node, account, trusted), **options)
+        dialler = attached(node, account, trusted, queue_limit)
+        return cls(label, name, transport=dialler, **options)
 
     def _id(self, kind: str) -> str:
         return f"{kind}{next(self._ids[kind])}"

@@ -122,7 +122,11 @@ class AttachedTransport:
     the reason it gave end the frames."""
 
     def __init__(
-        self, node: BrokerNode, account: Account | None = None, trusted: bool = False
+        self,
+        node: BrokerNode,
+        account: Account | None = None,
+        trusted: bool = False,
+        queue_limit: int | None = None,
     ) -> None:
         self.node = node
         self.url = f"{node.broker.id} (in this process)"
@@ -131,7 +135,7 @@ class AttachedTransport:
         self._changed = asyncio.Event()
         """Set when a frame arrives, one is taken, or the connection ends."""
         self._open = True
-        self.hop = node.attach(self._arrived, self._end)
+        self.hop = node.attach(self._arrived, self._end, queue_limit)
         if trusted:
             node.broker.admit(self.hop, account)
 
@@ -174,15 +178,21 @@ class AttachedTransport:
             self._changed.set()
 
 
-def attached(node: BrokerNode, account: Account | None = None, trusted: bool = False) -> Dialler:
+def attached(
+    node: BrokerNode,
+    account: Account | None = None,
+    trusted: bool = False,
+    queue_limit: int | None = None,
+) -> Dialler:
     """A dialler of ``node`` in this process. ``trusted``: the caller has authenticated whom
     the connection acts for (the web API its users): ``account``'s grants apply, or with no
     account the broker's own rights (its monitor, the API's own requests); else the client's
-    hello is checked as a socket's is."""
+    hello is checked as a socket's is. ``queue_limit``: the bytes the node may queue for it
+    (``BrokerNode.attach``)."""
 
     async def connected() -> Transport:
         if not node.serving:
             raise ConnectError(f"cannot connect to {node.broker.id}: it is not serving")
-        return AttachedTransport(node, account, trusted)
+        return AttachedTransport(node, account, trusted, queue_limit)
 
     return connected

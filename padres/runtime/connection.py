@@ -49,6 +49,11 @@ class Connection:
     """Its outgoing queue, bounded in bytes."""
     queries: Rate
     """How often it may query the routing tables."""
+    refusals: Rate
+    """How often its messages may be refused before its reading is slowed (``Limits``)."""
+    slowed: float | None = None
+    """Since when its frames have been slowed for refused messages, on end
+    (``time.monotonic()``); None while it is within its rate."""
     dialled: bool = False
     """This node dialled it: a neighbour it was given, whose frames it decodes without
     checking their publications again (``checked_before``)."""

@@ -97,6 +97,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 """An ASGI 3 application, as uvicorn serves it (``scope``, ``receive``, ``send``)."""
 
 
+REFUSED_TOO_OFTEN: Final = "too many refused requests"
+"""The reason given when a client connection is closed for ``Limits.refusals_slowed``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What a node queues, and what it does beyond that."""
@@ -119,6 +123,17 @@ class Limits:
     queries_per_second: float = 10.0
     """Queries of its tables a connection may make a second (each costs time in proportion to
     the tables); more are refused."""
+    refusals_per_second: float = 100.0
+    """Messages of a client connection the broker may refuse a second, on average (with a
+    burst of ``refusals_burst``); past that, the connection's next frame is read only once it
+    is back within the rate: a client whose requests are refused is slowed, not the others."""
+    refusals_burst: int = 1_000
+    """Refused messages a client connection may cause at once before it is slowed (a client
+    whose subscriptions a new schema refuses when it reconnects, say): ten times
+    ``refusals_per_second`` by default."""
+    refusals_slowed: float = 30.0
+    """Seconds a client connection may stay slowed for refused messages on end, or owe at
+    once; past that, it is disconnected (1008) with an ``error`` saying why."""
     hello_within: float = 5.0
     """Seconds a connection may stay open before the broker has accepted its ``hello`` (or,
     over HTTP, before a request's headers are in); then it is closed, so that connections that
@@ -389,24 +404,33 @@ class BrokerNode:
         send: Callable[[bytes], Awaitable[None]],
         close: Callable[[int, str], Awaitable[None]],
         dialled: bool = False,
+        queue_limit: int | None = None,
     ) -> Connection:
-        """A new connection: a client queue until its ``hello`` says it is a broker."""
-        queue = SendQueue(send, close, limit=self.limits.client_queue)
-        rate = Rate(self.limits.queries_per_second)
-        connection = self._connections[hop] = Connection(hop, queue, rate, dialled)
+        """A new connection: a client queue (of ``queue_limit`` bytes, or
+        ``Limits.client_queue``) until its ``hello`` says it is a broker."""
+        limits = self.limits
+        queue = SendQueue(send, close, limit=queue_limit or limits.client_queue)
+        queries = Rate(limits.queries_per_second)
+        refusals = Rate(limits.refusals_per_second, limits.refusals_burst)
+        connection = self._connections[hop] = Connection(hop, queue, queries, refusals, dialled)
         if dialled:
             self._link(connection)
         return connection
 
-    def attach(self, send: Callable[[bytes], Awaitable[None]], ended: Callable[[str], None]) -> str:
+    def attach(
+        self,
+        send: Callable[[bytes], Awaitable[None]],
+        ended: Callable[[str], None],
+        queue_limit: int | None = None,
+    ) -> str:
         """An in-process client connection (``padres.client.transport``): returns its hop.
         What the core sends it goes to ``send`` in frames, through a bounded client queue as
-        for a socket; ``read`` hands the core its frames, ``detach`` ends it. If the node
-        gives up on it first (a reader too slow for its queue is evicted; a refused hello),
-        ``ended`` is called with the reason, once the last words have been sent or their
-        grace period is over."""
+        for a socket (of ``queue_limit`` bytes, or ``Limits.client_queue``); ``read`` hands
+        the core its frames, ``detach`` ends it. If the node gives up on it first (a reader
+        too slow for its queue is evicted; a refused hello), ``ended`` is called with the
+        reason, once the last words have been sent or their grace period is over."""
         hop = f"l{next(self._hops)}"
-        queue = self._open(hop, send, _nothing_to_close).queue
+        queue = self._open(hop, send, _nothing_to_close, queue_limit=queue_limit).queue
 
         def gone(_: object) -> None:
             if hop in self._connections:  # not detached: the node gave up on it
@@ -463,7 +487,8 @@ class BrokerNode:
     async def read(self, hop: str, data: bytes | str) -> None:
         """A frame from client connection ``hop`` (a socket's, or an attached one's): once
         the links are not congested if ``hop`` publishes, its hello's password checked off
-        the event loop, handed to the core (``receive``). Nothing, if ``hop`` is over."""
+        the event loop, handed to the core (``receive``); then, if it is refused too often,
+        a wait (``_slow``). Nothing, if ``hop`` is over."""
         connection = self._connections.get(hop)
         if connection is None:
             return
@@ -471,6 +496,22 @@ class BrokerNode:
             await self._reading.wait()
         await self._authenticate(hop, data)
         await self.receive(hop, data)
+        await self._slow(connection)
+
+    async def _slow(self, connection: Connection) -> None:
+        """Wait, before the next frame of ``connection`` is read, until it is back within its
+        rate of refused messages; disconnect it once it has been slowed for too long."""
+        owed = connection.refusals.charge()
+        if not owed:
+            connection.slowed = None
+            return
+        now = time.monotonic()
+        if connection.slowed is None:
+            connection.slowed = now
+        if now - connection.slowed + owed > self.limits.refusals_slowed:
+            self._disconnect_refused(connection)
+        elif not connection.queue.failing:
+            await asyncio.sleep(owed)
 
     async def _hang_up(self, hop: str) -> None:
         self.strangers.leave(hop)
@@ -622,24 +663,49 @@ class BrokerNode:
                 checked=connection is not None and connection.dialled,
             )
         except DecodeError as exc:
-            self._refused += 1
-            self._dispatch([(hop, Error(f"frame refused: {exc}"))])
+            self._refuse_frame(hop, f"frame refused: {exc}")
             return []
         if len(items) > self.limits.frame_messages and not (connection and connection.link):
-            self._refused += 1
             why = (
                 f"frame refused: it holds {len(items):,} messages; the limit is "
                 f"{self.limits.frame_messages:,} (send them in several frames)"
             )
-            self._dispatch([(hop, Error(why))])
+            self._refuse_frame(hop, why)
             return []
         hellos = sum(isinstance(item, Hello) for item in items)
         if hellos > 1:
-            self._refused += 1
             why = f"frame refused: it holds {hellos} hellos; a connection says hello once"
-            self._dispatch([(hop, Error(why))])
+            self._refuse_frame(hop, why)
             return []
         return items
+
+    def _refuse_frame(self, hop: str, why: str) -> None:
+        self._refused += 1
+        out: list[Out] = [(hop, Error(why))]
+        self._dispatch(out)
+        self._charge(hop, out)
+
+    def _charge(self, hop: str, outs: list[Out]) -> None:
+        """Count the refusals among ``outs`` (what the core answered a frame of ``hop``)
+        against ``hop``'s rate (``Limits.refusals_per_second``); a client connection that
+        owes more than ``Limits.refusals_slowed`` seconds for them is disconnected."""
+        connection = self._connections.get(hop)
+        if connection is None or connection.link:
+            return
+        refused = sum(1 for h, m in outs if h == hop and isinstance(m, Error))
+        if not refused:
+            return
+        if connection.refusals.charge(refused) > self.limits.refusals_slowed:
+            self._disconnect_refused(connection)
+
+    def _disconnect_refused(self, connection: Connection) -> None:
+        limits = self.limits
+        why = (
+            f"disconnected: too many refused requests (more than {limits.refusals_burst:,} at "
+            f"once and {limits.refusals_per_second:g} a second after that, for "
+            f"{limits.refusals_slowed:g} s); read the errors your requests get"
+        )
+        connection.queue.fail(1008, REFUSED_TOO_OFTEN, Error(why))
 
     def submit(self, hop: str, items: Sequence[Envelope | Rejected]) -> None:
         """Hand the core the messages of one frame from ``hop``, in order, and send what it
@@ -663,6 +729,7 @@ class BrokerNode:
             except Exception:  # counting must not cost what was handled
                 log.exception("%s: an observer failed", self.broker.id)
         self._dispatch(outs)
+        self._charge(hop, outs)
         connection = self._connections.get(hop)
         if self.broker.guard is not None and not self.broker.greeted(hop) and connection:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
