@@ -8,11 +8,21 @@ from datetime import UTC, datetime
 
 import pytest
 
-from padres.broker import durable
+from padres.broker import Broker, BrokerConfig, durable
+from padres.broker.quotas import Quotas
 from padres.language.parser import parse_advertisement, parse_subscription
 from padres.model.codec import encode
 from padres.model.messages import Publication, Unsubscribe
-from padres.model.protocol import Ack, Durable, Guaranteed, Notify, Recover, RoutePublish
+from padres.model.protocol import (
+    Ack,
+    Durable,
+    Guaranteed,
+    Hello,
+    Notify,
+    Recover,
+    Role,
+    RoutePublish,
+)
 from padres.runtime.simulation import SimClient, Simulation
 
 RING = ["AB", "BC", "CD", "DE", "EA", "AC"]
@@ -754,3 +764,32 @@ def test_every_durable_subscriber_gets_everything_once_under_random_faults(seed:
         assert all(d["recovering"] == 0 for d in broker.durables.statistics())
         assert len(broker.echoes) == 0, broker.id
     _queues_agree(sim)
+
+
+def test_a_clients_durable_queues_together_are_bounded_its_largest_giving_way() -> None:
+    """One client's durable subscriptions queue at most ``Quotas.durable_bytes`` together:
+    past that, the oldest deliveries of its largest queue are discarded and counted; its
+    other queue and another client's are untouched."""
+    limit = 20_000
+    broker = Broker("B", config=BrokerConfig(quotas=Quotas(durable_bytes=limit)))
+    for hop, name in (("p", "pub"), ("h", "hoarder"), ("o", "other")):
+        broker.handle(Hello(name, Role.CLIENT), hop)
+    broker.handle(parse_advertisement("[class,eq,'T'],[n,isPresent,0]", id="a"), "p")
+    for hop, sub in (
+        ("h", "[class,eq,'T']"),
+        ("h", "[class,eq,'T'],[n,<,10]"),
+        ("o", "[class,eq,'T'],[n,<,20]"),
+    ):
+        name = f"d{len(broker.durables)}"
+        broker.handle(Durable(parse_subscription(sub, id=name)), hop)
+    for hop in ("h", "o"):
+        broker.close(hop)
+    for n in range(400):
+        broker.handle(Publication(f"p{n}", {"class": "T", "n": n, "pad": "x" * 100}, T0), "p")
+    stats = {(s["owner"], s["name"]): s for s in broker.durables.statistics()}
+    hoarder = [stats["hoarder@B", "d0"], stats["hoarder@B", "d1"]]
+    assert sum(s["queued_bytes"] for s in hoarder) <= limit
+    assert hoarder[0]["discarded"] > 0 and hoarder[1]["discarded"] == 0  # the largest gave way
+    assert hoarder[1]["queued"] == 10
+    other = stats["other@B", "d2"]
+    assert other["queued"] == 20 and other["discarded"] == 0

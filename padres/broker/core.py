@@ -166,7 +166,13 @@ class Broker:
         self._refreshed = 0.0
         self.journal = journal if journal is not None else MemoryJournal()
         self.durables = Durables(
-            self.journal, self.routes, self.trees, self.echoes, self._new_id, lambda: self._now
+            self.journal,
+            self.routes,
+            self.trees,
+            self.echoes,
+            self._new_id,
+            lambda: self._now,
+            self.quotas.durable_bytes,
         )
         self.durables.restore()
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)

@@ -7,8 +7,10 @@ and ``WINDOW_BYTES`` ahead of its acknowledgements (``Ack``); the rest waits on 
 latest deliveries queued are also kept in memory (``RECENT``, ``RECENT_BYTES``,
 ``RECENT_TOTAL_BYTES``), so that a client catching up is sent them without reading them back
 from the journal. While the client is away the queue is bounded (``MAX_QUEUED`` deliveries,
-``MAX_QUEUED_BYTES``): past that the oldest deliveries are discarded, counted, and the client
-is told how many when it comes back.
+``MAX_QUEUED_BYTES``), and so are the queues of one client's durable subscriptions together
+(``Quotas.durable_bytes``): past that the oldest deliveries are discarded (of the queue over
+its bound, or the client's largest), counted, and the client is told how many when it comes
+back.
 
 Guaranteed publications carry their position in the journal of the broker where they were
 published, the root of the tree they travel down. For each tree it follows, a durable
@@ -140,6 +142,8 @@ class _Durable:
     """The trees its route follows whose root it has asked (or is asking) for what it missed."""
     recovering: dict[str, _Asked] = field(default_factory=dict)
     """Tree -> the recovery under way."""
+    owner: _Memory = field(default_factory=_Memory)
+    """The bytes queued for its client's durable subscriptions together."""
     queued: int = 0
     bytes: int = 0
     told: int = 0
@@ -156,6 +160,12 @@ class _Durable:
     holds them too; those before the first are read back from it."""
     recent_bytes: int = 0
     memory: _Memory = field(default_factory=_Memory)
+
+    def grew(self, count: int, size: int) -> None:
+        """``count`` deliveries of ``size`` bytes in all were queued (negative: left it)."""
+        self.queued += count
+        self.bytes += size
+        self.owner.used += size
 
     def keep(self, seq: int, pub: Publication, tag: Tag | None, size: int) -> None:
         """Keep delivery ``seq``, just queued and not sent, in memory (``recent``), the oldest
@@ -237,9 +247,12 @@ class Durables:
         echoes: Echoes,
         new_id: Callable[[], str],
         now: Callable[[], float],
+        owner_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
-        """``now``: the broker's time (Unix seconds, by its own clock)."""
+        """``now``: the broker's time (Unix seconds, by its own clock); ``owner_bytes``: the
+        bytes queued for one client's durable subscriptions together, at most."""
         self.journal = journal
+        self.owner_bytes = owner_bytes
         self.routes = routes
         self.trees = trees
         self.echoes = echoes
@@ -248,6 +261,8 @@ class Durables:
         self._durables: dict[tuple[str, str], _Durable] = {}
         self._owned: Counter[str] = Counter()
         """How many durable subscriptions each client keeps."""
+        self._owners: dict[str, _Memory] = {}
+        """Per client, the bytes queued for its durable subscriptions together."""
         self._by_gid: dict[str, _Durable] = {}
         self._passages: dict[str, _Passage] = {}
         """Recoveries on their way through this broker, by request id."""
@@ -265,13 +280,14 @@ class Durables:
         routing them sends nothing; they follow trees as the links bring them)."""
         for record in self.journal.durables():
             durable = self._take(record)
-            durable.queued, durable.bytes = self.journal.backlog(record)
+            durable.grew(*self.journal.backlog(record))
             durable.restart()
             route = Subscription(durable.gid, record.subscription.filter)
             self.routes.add_own(route, Sink.DURABLE)
 
     def _take(self, record: DurableRecord) -> _Durable:
-        durable = _Durable(record, self._new_id(), memory=self._memory)
+        owner = self._owners.setdefault(record.owner, _Memory())
+        durable = _Durable(record, self._new_id(), owner=owner, memory=self._memory)
         self._durables[record.owner, record.name] = durable
         self._owned[record.owner] += 1
         self._by_gid[durable.gid] = durable
@@ -367,7 +383,8 @@ class Durables:
             durable.told = record.discarded
             text = (
                 f"durable subscription {sub.id!r}: {lost} deliveries were discarded while you "
-                f"were away (the queue keeps {MAX_QUEUED} deliveries, {MAX_QUEUED_BYTES} bytes)"
+                f"were away (the queue keeps {MAX_QUEUED} deliveries, {MAX_QUEUED_BYTES} bytes; "
+                f"a client's durable subscriptions together, {self.owner_bytes} bytes)"
             )
             out.append((hop, Error(text)))  # a notice: the request itself succeeds
         return out + self._pump(durable), durable.gid
@@ -382,9 +399,11 @@ class Durables:
     def drop(self, owner: str, name: str) -> list[Out]:
         """The client ends durable subscription ``name`` for good."""
         durable = self._durables.pop((owner, name))
+        durable.grew(-durable.queued, -durable.bytes)
         self._owned[owner] -= 1
         if not self._owned[owner]:
             del self._owned[owner]
+            del self._owners[owner]
         del self._by_gid[durable.gid]
         durable.restart()  # what it had in flight no longer counts against its client's window
         durable.clear()
@@ -408,8 +427,7 @@ class Durables:
         known = (in_flight, flown) if in_flight == seq - record.acked else None
         record.acked = seq
         count, size = self.journal.dequeue(record, seq, known)
-        durable.queued -= count
-        durable.bytes -= size
+        durable.grew(-count, -size)
         self.journal.save(record)
 
     def _pump(self, durable: _Durable) -> list[Out]:
@@ -472,10 +490,12 @@ class Durables:
         seq = record.next
         record.next += 1
         size = self.journal.enqueue(record, seq, pub, tag)
-        durable.bytes += size
-        durable.queued += 1
+        durable.grew(1, size)
         if durable.queued > MAX_QUEUED or durable.bytes > MAX_QUEUED_BYTES:
             self._discard(durable)
+        elif durable.owner.used > self.owner_bytes:  # its client's largest queue gives way
+            mine = (d for (owner, _), d in self._durables.items() if owner == record.owner)
+            self._discard(max(mine, key=lambda d: d.bytes))
         self.journal.save(record)
         if durable.hop is not None and durable.sent == seq - 1 and durable.room(size):
             durable.sending(seq, size)
@@ -493,7 +513,9 @@ class Durables:
         record.discarded += upto - record.acked
         record.acked = upto
         durable.skip(upto)
-        durable.queued, durable.bytes = self.journal.backlog(record)
+        count, size = self.journal.backlog(record)
+        durable.grew(count - durable.queued, size - durable.bytes)
+        self.journal.save(record)
 
     # -- recovery ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""How much one client may hold at a broker: subscriptions and advertisements per session.
+"""How much one client may hold at a broker: subscriptions, advertisements and durable queues.
 
 Every subscription and advertisement costs routing state at every broker it reaches, so a
 broker bounds how many one client keeps. A request beyond the quota is refused with an
@@ -33,9 +33,15 @@ class Quotas:
     of one more, at this broker, is refused."""
     schema_attributes: int = 100
     """Attributes of one schema: a declaration of more, at this broker, is refused."""
+    durable_bytes: int = 1 << 30
+    """Bytes of deliveries queued for one client's durable subscriptions together, at most
+    (each one's queue is bounded as well: ``padres.broker.durable.MAX_QUEUED_BYTES``); past
+    that, the oldest deliveries of its largest queue are discarded, and the client is told
+    how many when it comes back."""
 
     def __post_init__(self) -> None:
-        if min(self.subscriptions, self.advertisements, self.schemas, self.schema_attributes) < 1:
+        counts = (self.subscriptions, self.advertisements, self.schemas, self.schema_attributes)
+        if min(*counts, self.durable_bytes) < 1:
             raise ValueError("quotas must be at least 1")
 
     def refusal(self, message: Envelope, session: Session, durables: int = 0) -> Error | None:
