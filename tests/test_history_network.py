@@ -174,3 +174,48 @@ async def test_every_run_of_a_publisher_is_kept_in_history(tmp_path: Path) -> No
     finally:
         db.stop()
         broker.stop()
+
+
+async def test_a_hybrid_subscription_whose_broker_is_killed_resumes_without_gap_or_duplicate(
+    tmp_path: Path,
+) -> None:
+    """A chain A-B, the database and the publisher at A, the hybrid subscriber at B (listing
+    A as well). B is killed while publications flow: the client fails over to A and asks for
+    the past again from its latest deliveries on, so it gets every publication once, what
+    was published while it was away included."""
+    a = BrokerProcess("A", options=["--heartbeat", "1"])
+    url_a = a.start()
+    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
+    url_b = b.start()
+    db = DatabaseProcess("D", url_a, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
+    db.start()
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    try:
+        async with (
+            Client(url_a, "shop") as shop,
+            Client([url_b, url_a], "manager", reconnect=True, timeout=30) as manager,
+        ):
+            await _offers_reach(manager, 1)
+            await shop.advertise(ORDERS)
+            await asyncio.sleep(0.5)  # the database's subscription reaches A
+            got: list[int] = []
+            hybrid = await manager.subscribe(
+                f"{ORDERS},[time,>=,'{start.isoformat()}']",
+                lambda d: got.append(int(d.publication.attributes["n"])),
+                id="h",
+            )
+            total = 600
+            for n in range(total):
+                if n == 100:
+                    await hybrid.replayed(timeout=20)
+                if n == 300:
+                    b.kill()  # the subscriber's broker, at once
+                await shop.publish(_order(n))
+                await asyncio.sleep(0.005)
+            await eventually(lambda: len(got) >= total, 30)
+            await asyncio.sleep(1.0)  # anything sent twice would have come by now
+            assert sorted(got) == list(range(total))  # each once: no gap, no duplicate
+            assert manager.broker == "A"
+    finally:
+        for proc in (db, b, a):
+            proc.stop()

@@ -19,7 +19,9 @@ advertisements, say) reaches ``on_error``. A lost
 connection fails pending requests with ``ConnectionLost`` and ends every subscription's
 iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
 advertisements and subscriptions again, and the subscriptions go on (what was published while
-it was away is not replayed); one the broker now refuses (a schema declared meanwhile, say) is
+it was away is not replayed, except to a historic or hybrid subscription, which asks for the
+past again from its latest deliveries on and drops what it had: ``padres.client.resume``);
+one the broker now refuses (a schema declared meanwhile, say) is
 dropped: a warning is logged, its iterator raises the ``RequestFailed`` (a callback's client gets
 it in ``on_error``), and the others go on. A subscription with a time window reaching into the past
 (``[time,>=,now-1h]``) first delivers the past from the databases; ``await handle.replayed()``
@@ -68,6 +70,7 @@ from padres.client.pending import (
     PendingStatistics,
     check_limits,
 )
+from padres.client.resume import Seen, past_start
 from padres.client.transaction import BlockingTransaction, Transaction
 from padres.client.transport import Dialler, Transport, attached, dial
 from padres.errors import (
@@ -215,6 +218,9 @@ class SubscriptionHandle:
         self.error: RequestFailed | None = None
         """Why the subscription ended, if the broker refused to make it again after a
         reconnect: iterating it or ``get`` raises this error once the deliveries are out."""
+        self.seen: Seen | None = None
+        """The latest publications received, for one whose window reaches into the past
+        (``padres.client.resume``), so that a reconnect asks for no more than it missed."""
         self.handler: Handler | None = None
         """What runs the callback, with retries and an exception queue, if ``retries`` was
         given (``padres.client.handling``)."""
@@ -270,6 +276,8 @@ class SubscriptionHandle:
             if delivery.seq <= self.received:
                 return  # sent again after a reconnect: it was received already
             self.received = delivery.seq
+        if isinstance(delivery, Notify) and not self._first(delivery):
+            return  # asked for again after a reconnect: it was received already
         if self.handler is not None:
             if isinstance(delivery, Notify):
                 self.handler.put(delivery, size, keep=self._keep)
@@ -283,6 +291,11 @@ class SubscriptionHandle:
             self._handed_out(delivery)
         else:
             self._queue.put(delivery, size, keep=self._keep)
+
+    def _first(self, notify: Notify) -> bool:
+        """Whether ``notify`` is new to the subscription (always, unless it remembers what
+        it received: ``seen``)."""
+        return self.seen is None or self.seen.first(notify.publication)
 
     def _replay_done(self, done: ReplayDone) -> None:
         """The end of the past: ``replayed`` returns it, and ``events`` hands it out where it
@@ -494,6 +507,9 @@ class Client:
                     if isinstance(message, Durable):
                         done = self._subs[message.subscription.id].resume()
                         message = replace(message, acked=done)
+                    elif isinstance(message, Subscription | Subscribe):
+                        seen = self._subs[key[1]].seen
+                        message = message if seen is None else seen.resumed(message)
                     try:
                         await self._request(reference(message), message, recovering=True)
                     except RequestFailed as exc:
@@ -725,6 +741,8 @@ class Client:
         """Ask the broker for ``handle``'s subscription by ``request``, which a reconnect makes
         again; the handle ends if the broker refuses it."""
         self._subs[handle.id] = handle
+        if past_start(request) is not None:
+            handle.seen = Seen()
         try:
             handle.incomplete = _incomplete(await self._request(handle.id, request))
         except BaseException:
