@@ -25,7 +25,9 @@ def register(commands: Any) -> None:
         "--broker",
         action="append",
         metavar="URL",
-        help=f"broker URL, ws://host:port (default {DEFAULT_BROKER}); the node reconnects to it",
+        help=f"broker URL, ws://host:port (default {DEFAULT_BROKER}); the node reconnects to it. "
+        "Give several brokers of one overlay to fail over between them: the node's durable "
+        "subscriptions move with it",
     )
     p.add_argument(
         "--url", help="SQLAlchemy database URL (default: sqlite:///<id>.sqlite, a local file)"
@@ -53,21 +55,11 @@ def run(args: argparse.Namespace) -> int:
     return run_node(_serve(args), quiet=args.quiet, log="padres.client.connection")
 
 
-def _broker(args: argparse.Namespace) -> str:
-    brokers = args.broker or [DEFAULT_BROKER]
-    if len(brokers) > 1:
-        raise CommandError(
-            "--broker: a database node attaches to one broker (its durable subscriptions "
-            "live there); give it once"
-        )
-    return str(brokers[0])
-
-
 async def _serve(args: argparse.Namespace) -> int:
     from historic.node import DatabaseNode  # imports SQLAlchemy: only when the command runs
     from historic.store import Store
 
-    broker = _broker(args)
+    brokers = args.broker or [DEFAULT_BROKER]
     try:
         specs = [format_filter(parse_filter(spec)) for spec in args.store]
     except ParseError as exc:
@@ -75,7 +67,7 @@ async def _serve(args: argparse.Namespace) -> int:
     async with contextlib.AsyncExitStack() as stack:
         store = Store(args.url or f"sqlite:///{args.id}.sqlite")
         stack.callback(store.close)
-        client = await attach(stack, broker, args.id, credentials(args), args.tls_ca)
+        client = await attach(stack, brokers, args.id, credentials(args), args.tls_ca)
         node = DatabaseNode(args.id, client, store)
         stack.push_async_callback(node.stop)
         await node.start()

@@ -793,3 +793,23 @@ def test_a_clients_durable_queues_together_are_bounded_its_largest_giving_way() 
     assert hoarder[1]["queued"] == 10
     other = stats["other@B", "d2"]
     assert other["queued"] == 20 and other["discarded"] == 0
+
+
+def test_a_durable_subscription_whose_client_stays_away_expires() -> None:
+    """With ``durable_expiry``, a subscription whose client has been away longer is dropped
+    with its queue; one whose client is connected stays, however long."""
+    broker = Broker("B", config=BrokerConfig(durable_expiry=30.0))
+    t0 = 1_000_000.0
+    for hop, name in (("p", "pub"), ("a", "away"), ("s", "stays")):
+        broker.handle(Hello(name, Role.CLIENT), hop, t0)
+    broker.handle(parse_advertisement("[class,eq,'T'],[n,isPresent,0]", id="a"), "p", t0)
+    for hop in ("a", "s"):
+        broker.handle(Durable(parse_subscription("[class,eq,'T']", id="d")), hop, t0)
+    broker.close("a")
+    broker.handle(Publication("p1", {"class": "T", "n": 1}, T0), "p", t0 + 1)
+    broker.tick(t0 + 20)
+    assert {s["owner"] for s in broker.durables.statistics()} == {"away@B", "stays@B"}
+    broker.tick(t0 + 40)
+    (left,) = broker.durables.statistics()
+    assert left["owner"] == "stays@B" and left["next"] == 2
+    assert not broker.durables.has("away@B", "d")

@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from padres.broker import producers
-from padres.broker.producers import take
+from padres.model import producers
+from padres.model.producers import take
 
 
 @given(st.lists(st.tuples(st.sampled_from("pqr"), st.integers(1, 60)), max_size=300))

@@ -62,6 +62,10 @@ class BrokerConfig:
     replay_delay: float = 0.5
     """Seconds a database waits past a historic query's end before it answers, so that
     publications on their way are stored first."""
+    durable_expiry: float = 0.0
+    """Seconds a durable subscription is kept while its client is away; then it is dropped,
+    with what it queued (0: kept until its client unsubscribes). A client that moved to
+    another broker leaves its subscription behind: this lets go of it."""
     replay_timeout: float = 30.0
     """A historic request fails when its database has sent nothing for this many seconds."""
     quotas: Quotas = field(default=Quotas(), metadata={"prefix": "max-"})

@@ -173,6 +173,7 @@ class Broker:
             self._new_id,
             lambda: self._now,
             self.quotas.durable_bytes,
+            config.durable_expiry,
         )
         self.durables.restore()
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
@@ -346,14 +347,15 @@ class Broker:
 
     def tick(self, now: float) -> list[Out]:
         """Time passes with no message: requests that waited too long end, and durable
-        subscriptions ask again for what they may have missed (every ``REFRESH`` seconds).
+        subscriptions ask again for what they may have missed, or expire if their client has
+        been away too long (every ``REFRESH`` seconds).
         The runtime calls this about once a second."""
         self._now = now
         out = self.history.expire(now) + self.transactions.expire(now)
         out = self._effects(out, sync=True)
         if now - self._refreshed >= REFRESH:
             self._refreshed = now
-            out += self._effects(self.durables.refresh())
+            out += self._effects(self.durables.expire() + self.durables.refresh())
         return out
 
     # -- dispatch ----------------------------------------------------------------------------

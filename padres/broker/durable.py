@@ -46,6 +46,7 @@ carries it), so that what a subscription sees does not depend on how it came.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,13 +54,13 @@ from typing import Any, Final
 
 from padres.broker.echoes import Echoes
 from padres.broker.journal import DurableRecord, Journal, Queued, Tag
-from padres.broker.producers import take
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
 from padres.matching.matcher import matches
 from padres.model.messages import Origin, Publication, Subscription
-from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Visibility
+from padres.model.producers import ranges_of, take
+from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Roam, Visibility
 
 __all__ = [
     "MAX_QUEUED",
@@ -74,6 +75,8 @@ __all__ = [
     "WINDOW_BYTES",
     "Durables",
 ]
+
+log = logging.getLogger("padres.broker")
 
 WINDOW: Final = 20_000
 """Deliveries a durable subscription sends ahead of its client's acknowledgements, at most."""
@@ -136,6 +139,8 @@ class _Durable:
     """The id of its route here (it changes with each run of the broker)."""
     hop: str | None = None
     """The connected client's hop, if it is connected."""
+    away: float | None = None
+    """Since when its client has been away (the broker's time), once the broker noticed."""
     sent: int = 0
     """The last delivery number sent to the connected client."""
     contacted: set[str] = field(default_factory=set)
@@ -248,11 +253,14 @@ class Durables:
         new_id: Callable[[], str],
         now: Callable[[], float],
         owner_bytes: int = MAX_QUEUED_BYTES,
+        expiry: float = 0.0,
     ) -> None:
         """``now``: the broker's time (Unix seconds, by its own clock); ``owner_bytes``: the
-        bytes queued for one client's durable subscriptions together, at most."""
+        bytes queued for one client's durable subscriptions together, at most; ``expiry``:
+        seconds a subscription whose client is away is kept (0 or less: for ever)."""
         self.journal = journal
         self.owner_bytes = owner_bytes
+        self.expiry = expiry
         self.routes = routes
         self.trees = trees
         self.echoes = echoes
@@ -352,16 +360,30 @@ class Durables:
         acked: int,
         now: float,
         visibility: Visibility = Visibility.ON_COMMIT,
+        roam: Roam | None = None,
     ) -> tuple[list[Out], str]:
         """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``
-        (seeing transactional publications by ``visibility``); returns what to send, and the
-        id of its route (to wait for it to settle), or raises ``ValueError`` saying why not."""
+        (seeing transactional publications by ``visibility``), or brings it from another
+        broker (``roam``: it is made anew, as old as it says and with what its client has
+        taken); returns what to send, and the id of its route (to wait for it to settle), or
+        raises ``ValueError`` saying why not."""
         durable = self._durables.get((owner, sub.id))
         out: list[Out] = []
-        if durable is None:  # new, or forgotten by a broker that lost its journal
+        if roam is not None and durable is not None:  # from an earlier stay here: stale
+            out += self.drop(owner, sub.id)
+            durable = None
+        if durable is None:  # new, moved here, or forgotten by a broker that lost its journal
             record = DurableRecord(
                 owner, sub, next=acked + 1, acked=acked, created=now, visibility=visibility
             )
+            if roam is not None:
+                record = DurableRecord(
+                    owner,
+                    sub,
+                    created=now - roam.age,
+                    visibility=visibility,
+                    producers=ranges_of(roam.taken),
+                )
             durable = self._take(record)
             self.journal.save(durable.record)
             route = Subscription(durable.gid, sub.filter)
@@ -374,7 +396,7 @@ class Durables:
                 f"{durable.record.visibility.value}, not {visibility.value}"
             )
         record = durable.record
-        durable.hop = hop
+        durable.hop, durable.away = hop, None
         if acked > record.acked:
             self._acked(durable, min(acked, record.next - 1))
         durable.restart(self._windows.setdefault(hop, _Memory()))
@@ -393,8 +415,31 @@ class Durables:
         self._windows.pop(hop, None)
         for durable in self._durables.values():
             if durable.hop == hop:
-                durable.hop = None
+                durable.hop, durable.away = None, self._now()
                 durable.restart()
+
+    def expire(self) -> list[Out]:
+        """Drop the subscriptions whose client has been away longer than ``expiry``."""
+        if self.expiry <= 0:
+            return []
+        now = self._now()
+        out: list[Out] = []
+        for (owner, name), durable in list(self._durables.items()):
+            if durable.hop is not None:
+                continue
+            if durable.away is None:  # away since before this broker started
+                durable.away = now
+            elif now - durable.away > self.expiry:
+                log.warning(
+                    "durable subscription %r of %s dropped with %d deliveries: its client was "
+                    "away for more than %g s",
+                    name,
+                    owner,
+                    durable.queued,
+                    self.expiry,
+                )
+                out += self.drop(owner, name)
+        return out
 
     def drop(self, owner: str, name: str) -> list[Out]:
         """The client ends durable subscription ``name`` for good."""

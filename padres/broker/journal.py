@@ -45,10 +45,10 @@ from typing import Final, Protocol, TypeAlias
 
 import orjson
 
-from padres.broker.producers import Ranges
 from padres.model.classes import Schema
 from padres.model.codec import to_dict
 from padres.model.messages import Publication, Subscription
+from padres.model.producers import Ranges
 from padres.model.protocol import ExceptionEntry, Outcome, Visibility
 
 __all__ = [
@@ -97,7 +97,7 @@ class DurableRecord:
     visibility: Visibility = Visibility.ON_COMMIT
     """Which transactional publications it sees."""
     producers: Ranges = field(default_factory=dict)
-    """The guaranteed publications it has taken, by producer (``padres.broker.producers``)."""
+    """The guaranteed publications it has taken, by producer (``padres.model.producers``)."""
 
     @property
     def name(self) -> str:

@@ -122,6 +122,7 @@ class Subscribing:
                 message.acked,
                 now,
                 message.visibility,
+                message.roam,
             )
         except ValueError as exc:
             return [(session.hop, Error(str(exc), sid))]

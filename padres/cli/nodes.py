@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from padres.cli.logs import setup_logging
@@ -20,14 +20,15 @@ __all__ = ["attach", "run_node", "until_stopped"]
 
 async def attach(
     stack: contextlib.AsyncExitStack,
-    url: str,
+    url: str | Sequence[str],
     name: str,
     credentials: Credentials | None = None,
     tls_ca: str | None = None,
 ) -> Client:
-    """A client named ``name`` of the broker at ``url``, dialling again whenever the link is
-    lost; closed with ``stack``. The first dial must work: ``CommandError`` says why not.
-    ``tls_ca``: the CA file a ``wss://`` broker is checked against."""
+    """A client named ``name`` of the broker at ``url`` (or of the first of several that
+    answers, failing over to the others), dialling again whenever the link is lost; closed
+    with ``stack``. The first dial must work: ``CommandError`` says why not. ``tls_ca``: the
+    CA file a ``wss://`` broker is checked against."""
     given = credentials or Credentials()
     client = Client(
         url,
@@ -41,7 +42,8 @@ async def attach(
     try:
         await client.connect()
     except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
-        raise CommandError(f"cannot connect to {url}: {exc}") from None
+        where = url if isinstance(url, str) else ", ".join(url)
+        raise CommandError(f"cannot connect to {where}: {exc}") from None
     stack.push_async_callback(client.close)
     return client
 

@@ -70,7 +70,7 @@ from padres.client.pending import (
     PendingStatistics,
     check_limits,
 )
-from padres.client.resume import Seen, past_start
+from padres.client.resume import Seen, Standing, past_start
 from padres.client.transaction import BlockingTransaction, Transaction
 from padres.client.transport import Dialler, Transport, attached, dial
 from padres.errors import (
@@ -118,6 +118,7 @@ from padres.model.protocol import (
     ReplayOffer,
     ReplayRequest,
     Retry,
+    Roam,
     Span,
     Subscribe,
     TxEnded,
@@ -218,6 +219,9 @@ class SubscriptionHandle:
         self.error: RequestFailed | None = None
         """Why the subscription ended, if the broker refused to make it again after a
         reconnect: iterating it or ``get`` raises this error once the deliveries are out."""
+        self.standing: Standing | None = None
+        """Where a durable one stands, so that it can move to another broker with its client
+        (``padres.client.resume``)."""
         self.seen: Seen | None = None
         """The latest publications received, for one whose window reaches into the past
         (``padres.client.resume``), so that a reconnect asks for no more than it missed."""
@@ -242,6 +246,8 @@ class SubscriptionHandle:
     def ack(self, seq: int) -> None:
         """Deliveries up to ``seq`` are processed: the broker may forget them (sent shortly)."""
         self.done = max(self.done, min(seq, self.received))
+        if self.standing is not None:
+            self.standing.processed(self.done)
         self._client._ack_soon()
 
     @property
@@ -263,6 +269,15 @@ class SubscriptionHandle:
         self.received = self.done
         return self.done
 
+    def moved(self, broker: str) -> Roam:
+        """Before a durable subscription is made at ``broker``, another than its own, after a
+        reconnect: what was received and not processed is forgotten (it comes again), its
+        delivery numbers start again, and it says where it stands."""
+        assert self.standing is not None, "a durable subscription knows where it stands"
+        self.resume()
+        self.received = self.done = self.acked = 0
+        return self.standing.moved(broker)
+
     def statistics(self) -> PendingStatistics:
         """The subscription's queue (its handler's, with ``retries``): what is pending now,
         what was delivered and dropped since it was made, and its limits."""
@@ -276,6 +291,8 @@ class SubscriptionHandle:
             if delivery.seq <= self.received:
                 return  # sent again after a reconnect: it was received already
             self.received = delivery.seq
+            if self.standing is not None:
+                self.standing.received(delivery.seq, delivery.publication)
         if isinstance(delivery, Notify) and not self._first(delivery):
             return  # asked for again after a reconnect: it was received already
         if self.handler is not None:
@@ -504,11 +521,15 @@ class Client:
             try:
                 await self._open()
                 for key, message in list(self._made.items()):
-                    if isinstance(message, Durable):
-                        done = self._subs[message.subscription.id].resume()
-                        message = replace(message, acked=done)
-                    elif isinstance(message, Subscription | Subscribe):
-                        seen = self._subs[key[1]].seen
+                    handle = self._subs.get(key[1]) if key[0] == "s" else None
+                    if isinstance(message, Durable) and handle is not None:
+                        home = handle.standing.broker if handle.standing else self.broker
+                        if home != self.broker:  # failed over: it moves here
+                            message = replace(message, acked=0, roam=handle.moved(self.broker))
+                        else:
+                            message = replace(message, acked=handle.resume())
+                    elif isinstance(message, Subscription | Subscribe) and handle is not None:
+                        seen = handle.seen
                         message = message if seen is None else seen.resumed(message)
                     try:
                         await self._request(reference(message), message, recovering=True)
@@ -743,6 +764,8 @@ class Client:
         self._subs[handle.id] = handle
         if past_start(request) is not None:
             handle.seen = Seen()
+        if isinstance(request, Durable) and handle.standing is None:
+            handle.standing = Standing(self.broker)
         try:
             handle.incomplete = _incomplete(await self._request(handle.id, request))
         except BaseException:

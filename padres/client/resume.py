@@ -1,4 +1,11 @@
-"""Taking up a historic or hybrid subscription after a reconnect: no gap, no duplicate.
+"""Taking up subscriptions after a reconnect: no gap, no duplicate.
+
+A durable subscription lives at a broker. When its client comes back at another one (it
+failed over), it brings the subscription along (``Standing``): the new broker makes it anew,
+as old as the client says, and asks the roots of the trees it follows for the guaranteed
+publications made since then that the client has not processed, by producer and number
+(``Roam``). What the old broker held for it that was not guaranteed, and what the client had
+received and not processed, is not brought: the latter comes again from the roots.
 
 A subscription whose time window reaches into the past gets the stored past, then (a hybrid
 one) the live publications. When its connection is lost and made again, the client asks for
@@ -13,16 +20,18 @@ while the client was away) is not asked for again; nor is one the client receive
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from datetime import datetime
 from typing import Final
 
 from msgspec.structs import replace
 
-from padres.model.messages import Filter, Publication, Subscription, TimeWindow
-from padres.model.protocol import Subscribe
+from padres.model.messages import Filter, Origin, Publication, Subscription, TimeWindow
+from padres.model.producers import Ranges, take
+from padres.model.protocol import Roam, Subscribe
 
-__all__ = ["SEEN", "Seen", "past_start"]
+__all__ = ["SEEN", "Seen", "Standing", "past_start"]
 
 SEEN: Final = 100_000
 """Deliveries a historic or hybrid subscription remembers, the latest."""
@@ -73,3 +82,34 @@ def past_start(request: object) -> datetime | None:
     if not isinstance(sub, Subscription) or sub.filter.window is None:
         return None
     return sub.filter.window.start
+
+
+class Standing:
+    """Where a durable subscription stands, for its client: the broker it lives at, since
+    when it exists, and the guaranteed publications processed, by producer."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+        self._since = time.monotonic()
+        self.taken: Ranges = {}
+        self._received: deque[tuple[int, Origin]] = deque()
+        """The deliveries received and not yet processed that have an origin: (number, origin)."""
+
+    def received(self, seq: int, pub: Publication) -> None:
+        """Delivery ``seq`` (of ``pub``) has come."""
+        if isinstance(pub.origin, Origin):
+            self._received.append((seq, pub.origin))
+
+    def processed(self, upto: int) -> None:
+        """The deliveries up to ``upto`` are processed."""
+        received = self._received
+        while received and received[0][0] <= upto:
+            origin = received.popleft()[1]
+            take(self.taken, origin.producer, origin.seq)
+
+    def moved(self, broker: str) -> Roam:
+        """The subscription goes to ``broker``: what to tell it there. What was received and
+        not processed is forgotten (it comes again)."""
+        self._received.clear()
+        self.broker = broker
+        return Roam(max(0.0, time.monotonic() - self._since), self.taken)

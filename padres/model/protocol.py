@@ -39,6 +39,7 @@ from padres.model.messages import (
     WireMessage,
     check_id,
 )
+from padres.model.producers import MAX_PRODUCERS, MAX_RANGES
 from rete.operators import Value
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "ReplayOffer",
     "ReplayRequest",
     "Retry",
+    "Roam",
     "Role",
     "RouteAdvertise",
     "RoutePublish",
@@ -253,16 +255,36 @@ class Guaranteed(WireMessage, frozen=True, tag="guaranteed"):
     publication: Publication
 
 
+Range: TypeAlias = Annotated[list[Count], msgspec.Meta(min_length=2, max_length=2)]
+"""``[first, last]``: the numbers from ``first`` to ``last``, both included."""
+
+
+class Roam(msgspec.Struct, frozen=True, gc=False):
+    """Where a durable subscription stands when its client brings it from another broker:
+    ``age``, the seconds since the client first made it (by the client's clock); ``taken``,
+    per producer, the numbers of the guaranteed publications the client has processed."""
+
+    age: Annotated[float, msgspec.Meta(ge=0, le=MAX_COUNT)]
+    taken: Annotated[
+        dict[str, Annotated[list[Range], msgspec.Meta(max_length=MAX_RANGES)]],
+        msgspec.Meta(max_length=MAX_PRODUCERS),
+    ] = {}
+
+
 class Durable(WireMessage, frozen=True, tag="durable"):
     """Make, or resume, the durable subscription ``subscription`` (its id is its name).
 
     The broker keeps it and what it matches while the client is away; ``acked``: the client
-    has everything up to that delivery number, the broker resends what follows."""
+    has everything up to that delivery number, the broker resends what follows. ``roam``: the
+    client brings it from another broker, where it stood as ``roam`` says: the broker makes it
+    anew (in place of one it may have), and it gets the guaranteed publications made since
+    ``roam.age`` seconds ago that the client has not ``roam.taken``."""
 
     subscription: Subscription
     acked: Count = 0
     visibility: Visibility = Visibility.ON_COMMIT
     """Which transactional publications it sees."""
+    roam: Roam | None = None
 
 
 class Ack(WireMessage, frozen=True, tag="ack"):

@@ -170,20 +170,23 @@ class DatabaseProcess(_Child):
     def __init__(
         self,
         db_id: str,
-        broker: str,
+        broker: str | Sequence[str],
         url: str,
         *,
         stores: Sequence[str] = (),
         log: IO[bytes] | None = None,
     ) -> None:
+        """``broker``: its broker's URL, or several to fail over between."""
         super().__init__(f"database {db_id}", r"database \S+ attached to", log)
         self.id = db_id
-        self.broker = broker
+        self.brokers = [broker] if isinstance(broker, str) else list(broker)
         self.url = url
         self.stores = list(stores)
 
     def start(self, timeout: float = 20.0) -> None:
-        args = ["db", "--id", self.id, "--broker", self.broker, "--url", self.url, "--quiet"]
+        args = ["db", "--id", self.id, "--url", self.url, "--quiet"]
+        for broker in self.brokers:
+            args += ["--broker", broker]
         for spec in self.stores:
             args += ["--store", spec]
         self._start(args, timeout)

@@ -1,4 +1,5 @@
-"""What a durable subscription has had of each producer's guaranteed publications.
+"""What a durable subscription (or its client) has had of each producer's guaranteed
+publications.
 
 A publisher whose broker is lost sends again, through another broker, what it was not
 acknowledged. Those copies travel down another tree, at other positions, where the trees'
@@ -16,9 +17,10 @@ Forgetting can only let a very late copy through again, never drop a publication
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-__all__ = ["MAX_PRODUCERS", "MAX_RANGES", "Ranges", "take"]
+__all__ = ["MAX_PRODUCERS", "MAX_RANGES", "Ranges", "ranges_of", "take"]
 
 MAX_PRODUCERS: Final = 1_000
 """Producers remembered per durable subscription, at most."""
@@ -58,6 +60,21 @@ def take(ranges: Ranges, producer: str, seq: int) -> bool:
         if len(taken) > MAX_RANGES:
             del taken[0]
     return True
+
+
+def ranges_of(given: Mapping[str, Sequence[Sequence[int]]]) -> Ranges:
+    """``given`` (ranges from elsewhere, a client's, in any order) as ``take`` keeps them:
+    each producer's ranges sorted and disjoint, empty ones left out, within the bounds."""
+    ranges: Ranges = {}
+    for producer, found in list(given.items())[-MAX_PRODUCERS:]:
+        merged: list[list[int]] = []
+        for first, last in sorted((r[0], r[1]) for r in found if r[0] <= r[1]):
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], last)
+            else:
+                merged.append([first, last])
+        ranges[producer] = merged[-MAX_RANGES:]
+    return ranges
 
 
 def _first(numbers: list[int]) -> int:
