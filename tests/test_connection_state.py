@@ -16,7 +16,7 @@ async def _connection() -> Connection:
     async def close(code: int, reason: str) -> None:
         return None
 
-    return Connection("h1", SendQueue(send, close, limit=1 << 10), Rate(10))
+    return Connection("h1", SendQueue(send, close, limit=1 << 10), Rate(10), Rate(10))
 
 
 async def test_an_accepted_connection_becomes_a_link_then_closes_and_goes_no_further() -> None:

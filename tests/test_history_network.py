@@ -199,11 +199,12 @@ async def test_a_hybrid_subscription_whose_broker_is_killed_resumes_without_gap_
             await shop.advertise(ORDERS)
             await asyncio.sleep(0.5)  # the database's subscription reaches A
             got: list[int] = []
-            hybrid = await manager.subscribe(
-                f"{ORDERS},[time,>=,'{start.isoformat()}']",
-                lambda d: got.append(int(d.publication.attributes["n"])),
-                id="h",
-            )
+
+            def take(delivery: Delivery) -> None:
+                assert isinstance(delivery, Notify)
+                got.append(int(delivery.publication.attributes["n"]))
+
+            hybrid = await manager.subscribe(f"{ORDERS},[time,>=,'{start.isoformat()}']", take)
             total = 600
             for n in range(total):
                 if n == 100:
