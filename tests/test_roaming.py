@@ -4,9 +4,13 @@ processes: each guaranteed publication once, in order, wherever it goes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from padres.client.connection import Client, Delivery
 from padres.model.protocol import Notify
@@ -114,4 +118,84 @@ async def test_a_database_node_fails_over_to_another_broker_and_stores_each_publ
             assert sorted(await stored()) == list(range(COUNT))
     finally:
         for proc in (db, b, a):
+            proc.stop()
+
+
+class _Cut:
+    """A TCP proxy to a broker that can be cut: the client's way to that broker alone is lost
+    while the broker stays up."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self._writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+
+
+async def test_a_subscription_taken_to_another_broker_is_let_go_of_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """A chain A-B-C, the publisher at A; the durable subscriber reaches C through a proxy,
+    and B directly. The proxy is cut: the client moves to B, C stays up and lets go of its
+    copy, and the subscriber gets every publication once, in order."""
+    procs = {name: BrokerProcess(name, options=["--heartbeat", "1"]) for name in "ABC"}
+    url = {"A": procs["A"].start()}
+    procs["B"].neighbours = [url["A"]]
+    url["B"] = procs["B"].start()
+    procs["C"].neighbours = [url["B"]]
+    url["C"] = procs["C"].start()
+    proxy = _Cut(procs["C"].port)
+    try:
+        wait_linked([("A", "B"), ("B", "C")], url)
+        got = _Numbers()
+        via = await proxy.start()
+        async with (
+            Client(url["A"], "shop") as shop,
+            Client([via, url["B"]], "manager", reconnect=True, timeout=30) as m,
+        ):
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+            await m.subscribe("[class,eq,'T']", got, durable="orders")
+            assert m.broker == "C"
+
+            def durables(broker: str) -> list[dict[str, Any]]:
+                health = httpx.get(f"http://127.0.0.1:{procs[broker].port}/health").json()
+                return list(health["durables"])
+
+            assert [d["owner"] for d in durables("C")] == ["manager@C"]
+            for n in range(COUNT // 3):
+                if n == COUNT // 6:
+                    await proxy.cut()
+                await shop.publish({"class": "T", "n": n}, guaranteed=True)
+                await asyncio.sleep(0.002)
+            await shop.flush(30)
+            await eventually(lambda: len(got.got) >= COUNT // 3, 30)
+            await asyncio.sleep(1.0)
+            assert m.broker == "B"
+            await eventually(lambda: not durables("C"), 10)  # C let go of its copy
+            assert [d["owner"] for d in durables("B")] == ["manager@B"]
+        assert got.got == list(range(COUNT // 3))
+    finally:
+        for proc in procs.values():
             proc.stop()

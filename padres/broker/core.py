@@ -51,6 +51,7 @@ from padres.broker.journal import Journal
 from padres.broker.links import Links
 from padres.broker.memory_journal import MemoryJournal
 from padres.broker.publishing import Publishing
+from padres.broker.releases import Releases
 from padres.broker.routes import Covering, Out, Routes
 from padres.broker.schemas import Declaration, Schemas
 from padres.broker.session import Session, stamped
@@ -93,6 +94,7 @@ from padres.model.protocol import (
     Role,
     RouteAdvertise,
     RoutePublish,
+    RouteRelease,
     RouteSchema,
     RouteSubscribe,
     RouteTxPublish,
@@ -178,6 +180,7 @@ class Broker:
         self.durables.restore()
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""
+        self.releases = Releases(self.id, self.durables, self._peers, self._new_id)
         self.dead_letters = DeadLetterQueues(self.journal, self.durables, self._sessions, self.id)
         self.subscribing = Subscribing(
             self.routes,
@@ -411,7 +414,7 @@ class Broker:
             case Guaranteed():
                 return self.publishing.publish(message.publication, session, now, guaranteed=True)
             case Durable():
-                return self.subscribing.durable(message, session, now)
+                return self._durable(message, session, now)
             case Ack():
                 return self.durables.ack(session.name, message)
             case Failed() | Exceptions():
@@ -461,6 +464,8 @@ class Broker:
                 return self.subscribing.arrive(message, hop)
             case RouteSchema():
                 return self.schemas.arrive(message, hop, self._peers)
+            case RouteRelease():
+                return self.releases.arrive(message, hop)
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():
@@ -527,6 +532,16 @@ class Broker:
     def _new_id(self) -> str:
         self._counter += 1
         return f"{self.id}#{self._epoch}.{self._counter}"
+
+    def _durable(self, message: Durable, session: Session, now: float) -> list[Out]:
+        """Make or resume a durable subscription; one brought from another broker is let go
+        of there (``releases``)."""
+        out = self.subscribing.durable(message, session, now)
+        sid, roam = message.subscription.id, message.roam
+        if roam is None or not self.durables.has(session.name, sid):
+            return out
+        client = session.name.removesuffix(f"@{self.id}")
+        return out + self.releases.moved(roam.left, client, sid)
 
     def _over_quota(self, message: Envelope, session: Session) -> Error | None:
         """The error refusing ``message`` if it would take its client over a quota (a durable

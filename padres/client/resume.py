@@ -111,5 +111,5 @@ class Standing:
         """The subscription goes to ``broker``: what to tell it there. What was received and
         not processed is forgotten (it comes again)."""
         self._received.clear()
-        self.broker = broker
-        return Roam(max(0.0, time.monotonic() - self._since), self.taken)
+        left, self.broker = self.broker, broker
+        return Roam(max(0.0, time.monotonic() - self._since), left, self.taken)

@@ -79,6 +79,7 @@ __all__ = [
     "Role",
     "RouteAdvertise",
     "RoutePublish",
+    "RouteRelease",
     "RouteSchema",
     "RouteSubscribe",
     "RouteTxPublish",
@@ -265,6 +266,8 @@ class Roam(msgspec.Struct, frozen=True, gc=False):
     per producer, the numbers of the guaranteed publications the client has processed."""
 
     age: Annotated[float, msgspec.Meta(ge=0, le=MAX_COUNT)]
+    left: str = ""
+    """The broker it leaves, which is told to let go of its copy (``RouteRelease``)."""
     taken: Annotated[
         dict[str, Annotated[list[Range], msgspec.Meta(max_length=MAX_RANGES)]],
         msgspec.Meta(max_length=MAX_PRODUCERS),
@@ -643,6 +646,17 @@ class DropSchema(WireMessage, frozen=True, tag="drop_schema"):
         check_class(self.class_name)
 
 
+class RouteRelease(WireMessage, frozen=True, tag="route_release"):
+    """Durable subscription ``subscription`` of client ``client`` moved from broker ``broker``
+    to another: flooded to every broker, once (``id``); the broker named lets go of its copy
+    unless the client is connected to it (``padres.broker.releases``)."""
+
+    id: str
+    broker: str
+    client: str
+    subscription: str
+
+
 class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
     """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
     version, or merges versions declared apart (see ``padres.broker.schemas``)."""
@@ -687,6 +701,7 @@ Envelope: TypeAlias = (
     | DeclareSchema
     | DropSchema
     | RouteSchema
+    | RouteRelease
     | Subscribe
     | TxBegin
     | TxPublish
