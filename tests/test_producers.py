@@ -42,3 +42,24 @@ def test_what_is_over_the_bounds_is_forgotten_oldest_first() -> None:
         take(ranges, f"q{n}", 1)
     assert "p" not in ranges and len(ranges) == producers.MAX_PRODUCERS
     assert take(ranges, "q1", 2) and not take(ranges, "q1", 1)
+
+
+def test_ranges_from_a_client_are_sorted_merged_and_bounded() -> None:
+    """What a client says it took, in any order and overlapping, becomes ranges as ``take``
+    keeps them: the numbers said are taken, no others."""
+    given = {"p": [[10, 12], [1, 3], [4, 5], [11, 20], [30, 29]], "q": [[7, 7]]}
+    ranges = producers.ranges_of(given)
+    assert ranges == {"p": [[1, 5], [10, 20]], "q": [[7, 7]]}
+    assert [n for n in range(25) if producers.take(ranges, "p", n)] == [
+        0,
+        6,
+        7,
+        8,
+        9,
+        21,
+        22,
+        23,
+        24,
+    ]
+    many = producers.ranges_of({"p": [[2 * i, 2 * i] for i in range(200)]})
+    assert len(many["p"]) == producers.MAX_RANGES and many["p"][-1] == [398, 398]
