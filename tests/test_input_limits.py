@@ -554,7 +554,8 @@ async def test_a_client_whose_requests_are_refused_is_slowed_then_disconnected()
     """A client sending only refused requests (unsubscribing what it never subscribed) gets
     its burst answered at once, then its frames are read at the refusal rate, and once it
     has been slowed for ``refusals_slowed`` seconds it is disconnected with an error saying
-    why; a bystander publishing and subscribing meanwhile loses nothing."""
+    why; a bystander publishing and subscribing meanwhile loses nothing. Dialling again from
+    the same address brings no new burst."""
     limits = node_module.Limits(refusals_per_second=50, refusals_burst=100, refusals_slowed=2.0)
     node = BrokerNode(Broker("B1"), heartbeat=1, limits=limits)
     port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -596,6 +597,15 @@ async def test_a_client_whose_requests_are_refused_is_slowed_then_disconnected()
             await eventually(lambda: len(got) == 40)
             await bystander.publish({"class": "T", "n": 40})
             await eventually(lambda: len(got) == 41)
+        async with connect(url) as again:  # from the same address: no new burst
+            await again.send(orjson.dumps({"type": "hello", "name": "abuser"}))
+            assert orjson.loads(await again.recv())[0]["type"] == "welcome"
+            await again.send(frame)
+            await again.send(frame)
+            await again.recv()
+            first = time.monotonic()
+            await again.recv()
+            assert time.monotonic() - first > 0.5  # the second frame waited for the first
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):

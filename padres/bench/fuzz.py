@@ -7,9 +7,9 @@ valid frames with bits flipped, truncated, with values of the wrong type, number
 deep nesting, invalid UTF-8, ids with control characters, and oversized requests (a
 subscription of 10,000 predicates, 5,000 advertisements in one frame, an advertisement of
 100,000 predicates, 100,000 attributes, 20,000 messages in a frame). Most of them are
-refused: a broker with its default limits slows the fuzzer, then disconnects it, and it dials
-again (``slowed``); a broker started for the campaign otherwise lifts that limit, so that every
-frame reaches it.
+refused: a broker with its default limits slows the fuzzer, then disconnects it (``slowed``);
+a broker started for the campaign otherwise lifts that limit, so that every frame reaches it.
+Whenever the broker closes the fuzzer's connection saying why, it dials again.
 
 What must hold, and is reported as ``violations`` otherwise: the broker process lives; the
 fuzzer's connection stays open (or is closed with a reason); after its last frame, a request
@@ -256,6 +256,8 @@ class _Fuzzer:
         self.reason = ""
         self.disconnects = 0
         """Connections the broker closed for too many refused requests (then dialled again)."""
+        self.closes: Counter[str] = Counter()
+        """Connections the broker closed, with a reason (then dialled again), by reason."""
 
     async def read(self, ws: ClientConnection) -> None:
         self.closed = self.reason = ""
@@ -274,6 +276,8 @@ class _Fuzzer:
         self.closed = f"{ws.close_code} {self.reason}".strip()
         if self.reason == REFUSED_TOO_OFTEN:
             self.disconnects += 1
+        if self.reason:
+            self.closes[self.closed.split(":")[0][:60]] += 1
 
 
 def _messages(data: bytes | str) -> list[dict[str, Any]]:
@@ -346,8 +350,8 @@ async def _campaign(url: str, seconds: float, seed: int, quiet: float) -> dict[s
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
-            if fuzzer.reason != REFUSED_TOO_OFTEN:
-                break  # closed for another reason: a violation, unless it says why
+            if not fuzzer.reason:
+                break  # closed without a reason: a violation
         sent_for = time.monotonic() - started
         await publisher
         deadline = time.monotonic() + 30
@@ -367,6 +371,7 @@ async def _campaign(url: str, seconds: float, seed: int, quiet: float) -> dict[s
         "fuzzer_close_reason": "" if answered else fuzzer.reason,
         "fuzzer_answered": answered,
         "fuzzer_disconnects": fuzzer.disconnects,
+        "fuzzer_closes": dict(fuzzer.closes),
         "published": published,
         "delivered": len(watch.seen),
         "duplicates": watch.duplicates,
@@ -458,7 +463,8 @@ def report(r: dict[str, Any]) -> str:
         f"  fuzzer: {r['errors']:,} errors back, the longest {r['longest_error']:,} characters; "
         f"connection {'closed: ' + r['fuzzer_closed'] if r['fuzzer_closed'] else 'open'}, "
         f"{'answering' if r['fuzzer_answered'] else 'NOT answering'} at the end",
-        f"  disconnected {r['fuzzer_disconnects']} times for too many refused requests",
+        f"  disconnected {r['fuzzer_disconnects']} times for too many refused requests; "
+        f"closed by the broker (then dialled again): {r['fuzzer_closes'] or 'never'}",
         f"  beside it: {r['delivered']} of {r['published']} publications delivered, latency p50 "
         f"{r['latency_p50_ms']:.1f} ms, p99 {r['latency_p99_ms']:.1f} ms "
         f"(alone before: {r['quiet_p99_ms']:.1f} ms), max {r['latency_max_ms']:.1f} ms",

@@ -54,6 +54,8 @@ class Connection:
     slowed: float | None = None
     """Since when its frames have been slowed for refused messages, on end
     (``time.monotonic()``); None while it is within its rate."""
+    address: str = ""
+    """The address it came from ("" for one attached in this process, or dialled)."""
     dialled: bool = False
     """This node dialled it: a neighbour it was given, whose frames it decodes without
     checking their publications again (``checked_before``)."""

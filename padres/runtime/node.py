@@ -97,6 +97,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 """An ASGI 3 application, as uvicorn serves it (``scope``, ``receive``, ``send``)."""
 
 
+PENALISED: Final = 10_000
+"""Addresses remembered for a connection disconnected for refused messages, at most."""
 REFUSED_TOO_OFTEN: Final = "too many refused requests"
 """The reason given when a client connection is closed for ``Limits.refusals_slowed``."""
 
@@ -193,6 +195,9 @@ class BrokerNode:
         )
         self.started = time.time()
         self.strangers = Strangers(self.limits.strangers_per_address, self.limits.strangers)
+        self._penalised: dict[str, float] = {}
+        """Addresses whose connection was disconnected for refused messages -> until when
+        (``time.monotonic()``) a new connection from them starts without a burst."""
         """Connections that have not said who they are (``padres.runtime.strangers``)."""
         self._pump = Pump(broker, self._queue, screen=self._screen)
         """Walks the frames of every connection through the core (``receive``)."""
@@ -260,7 +265,7 @@ class BrokerNode:
         async def close(code: int, reason: str) -> None:
             await send({"type": "websocket.close", "code": code, "reason": reason})
 
-        self._open(hop, send_bytes, close)
+        self._open(hop, send_bytes, close, address=client[0] if client else "")
         await self._converse(hop, self._read_session(receive, hop))
 
     def health(self) -> dict[str, Any]:
@@ -405,14 +410,22 @@ class BrokerNode:
         close: Callable[[int, str], Awaitable[None]],
         dialled: bool = False,
         queue_limit: int | None = None,
+        address: str = "",
     ) -> Connection:
-        """A new connection: a client queue (of ``queue_limit`` bytes, or
-        ``Limits.client_queue``) until its ``hello`` says it is a broker."""
+        """A new connection (from ``address``, if it came in over the network): a client
+        queue (of ``queue_limit`` bytes, or ``Limits.client_queue``) until its ``hello`` says
+        it is a broker. One from an address whose connection was disconnected for its
+        refused messages less than ``Limits.refusals_slowed`` seconds ago starts without its
+        burst of refusals: dialling again does not buy another."""
         limits = self.limits
         queue = SendQueue(send, close, limit=queue_limit or limits.client_queue)
         queries = Rate(limits.queries_per_second)
         refusals = Rate(limits.refusals_per_second, limits.refusals_burst)
-        connection = self._connections[hop] = Connection(hop, queue, queries, refusals, dialled)
+        if self._penalised.get(address, 0.0) > time.monotonic():
+            refusals.charge(limits.refusals_burst)
+        connection = self._connections[hop] = Connection(
+            hop, queue, queries, refusals, address=address, dialled=dialled
+        )
         if dialled:
             self._link(connection)
         return connection
@@ -700,6 +713,12 @@ class BrokerNode:
 
     def _disconnect_refused(self, connection: Connection) -> None:
         limits = self.limits
+        if connection.address:
+            penalised = self._penalised
+            penalised.pop(connection.address, None)
+            penalised[connection.address] = time.monotonic() + limits.refusals_slowed
+            while len(penalised) > PENALISED:
+                del penalised[next(iter(penalised))]
         why = (
             f"disconnected: too many refused requests (more than {limits.refusals_burst:,} at "
             f"once and {limits.refusals_per_second:g} a second after that, for "
