@@ -6,13 +6,16 @@ import pytest
 
 from padres.bench import overlay
 from padres.broker import Broker, Covering
+from padres.broker import publishing as publishing_module
 from padres.broker import routes as routes_module
+from padres.broker import session as session_module
 from padres.language.parser import (
     parse_advertisement,
     parse_composite,
     parse_publication,
     parse_subscription,
 )
+from padres.matching.matcher import Conformity, conforms_to
 from padres.matching.relations import covers
 from padres.model.messages import Publication, Unadvertise, Unsubscribe
 from padres.model.protocol import Error, Hello, Notify, Ok, Query, QueryResult, Role, RouteSubscribe
@@ -113,6 +116,42 @@ def test_conformity_check_refuses_unadvertised_publications_with_a_clear_error()
     lax.send(p, _pub("[class,'T'],[v,50]", "p1"))
     lax.run()
     assert _received(s) == [("p1", ("s",))] and not p.errors
+
+
+def test_a_publication_is_checked_against_its_publishers_advertisements_of_its_class_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A publisher with 5,000 advertisements of other classes: its publication of class T is
+    checked against its one advertisement of T alone, whose tests were made when it came,
+    and stays conforming after the others are withdrawn."""
+    broker = Broker("A")
+    broker.handle(Hello("pub", Role.CLIENT), "h")
+    for n in range(5000):
+        broker.handle(parse_advertisement(f"[class,eq,'C{n % 50}'],[v,>,{n}]", id=f"a{n}"), "h")
+    broker.handle(parse_advertisement("[class,eq,'T'],[v,<,10]", id="t"), "h")
+    checked: list[Conformity] = []
+
+    def counted(checks: Conformity, pub: Publication) -> bool:
+        checked.append(checks)
+        return conforms_to(checks, pub)
+
+    def made(advertisement: object) -> Conformity:
+        raise AssertionError("an advertisement's tests are made once, when it comes")
+
+    monkeypatch.setattr(publishing_module, "conforms_to", counted)
+    monkeypatch.setattr(session_module, "conformity", made)
+    assert not [
+        m for _, m in broker.handle(_pub("[class,'T'],[v,5]", "p1"), "h") if isinstance(m, Error)
+    ]
+    refused = broker.handle(_pub("[class,'T'],[v,50]", "p2"), "h")
+    assert [m.ref for _, m in refused if isinstance(m, Error)] == ["p2"]
+    assert len(checked) == 2
+    for n in range(5000):
+        broker.handle(Unadvertise(f"a{n}"), "h")
+    assert not [
+        m for _, m in broker.handle(_pub("[class,'T'],[v,6]", "p3"), "h") if isinstance(m, Error)
+    ]
+    assert broker.sessions["h"].conforming.keys() == {"T"}
 
 
 def test_bad_requests_get_errors_and_change_nothing() -> None:

@@ -97,7 +97,7 @@ class Advertising:
         # were recovering when the publisher left is asked for again when it is back.
         gid = self._new_id()
         tree_id = self.journal.tree_of(session.name, adv.id) or gid
-        session.advertisements[adv.id] = gid
+        session.advertised(adv, gid)
         self.journal.remember_tree(session.name, adv.id, tree_id)
         mine = Advertisement(gid, adv.filter)
         hider = self._local_coverer(mine)
@@ -130,7 +130,7 @@ class Advertising:
 
     def unadvertise(self, unadv: Unadvertise, session: Session, now: float) -> list[Out]:
         aid = unadv.advertisement_id
-        gid = session.advertisements.pop(aid, None)
+        gid = session.unadvertised(aid)
         if gid is None:
             return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
         self.journal.forget_tree(session.name, aid)

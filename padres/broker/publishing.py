@@ -24,7 +24,7 @@ from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
 from padres.broker.trees import Trees
 from padres.broker.visibility import deliveries
-from padres.matching.matcher import conforms
+from padres.matching.matcher import conforms_to
 from padres.model.messages import Publication
 from padres.model.protocol import (
     CompositeNotify,
@@ -101,15 +101,15 @@ class Publishing:
         with no advertisement at all, reaches local subscribers only. Not when ``strict`` (a
         guaranteed or transactional publication, which must reach every subscriber): None.
         """
-        first: str | None = None
-        for gid in session.advertisements.values():
-            tree = self.trees.tree_of(gid)
-            if tree is None:
-                continue
-            if conforms(tree.advertisements[gid].filter, pub):
-                return tree.id
-            first = first or tree.id
-        return None if self.conformity or strict else first
+        for gid, checks in session.conforming.get(pub.class_name, {}).items():
+            if conforms_to(checks, pub):
+                tree = self.trees.tree_of(gid)
+                if tree is not None:
+                    return tree.id
+        if self.conformity or strict:
+            return None
+        trees = (self.trees.tree_of(gid) for gid in session.advertisements.values())
+        return next((tree.id for tree in trees if tree is not None), None)
 
     def arrive(self, message: RoutePublish | RouteTxPublish, hop: str) -> list[Out]:
         """A publication sent down its tree by the neighbour on ``hop``."""

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from msgspec.structs import force_setattr
 
-from padres.model.messages import Publication
+from padres.matching.matcher import Conformity, conformity
+from padres.model.messages import Advertisement, Publication
 from padres.model.protocol import Visibility
 from padres.security.accounts import Account
 
@@ -28,10 +29,37 @@ class Session:
     subscriptions: dict[str, str] = field(default_factory=dict)
     composites: dict[str, str] = field(default_factory=dict)
     advertisements: dict[str, str] = field(default_factory=dict)
+    """Its advertisements (and replay offers): the client's id -> the overlay-wide id."""
+    conforming: dict[str, dict[str, Conformity]] = field(default_factory=dict)
+    """Its advertisements by class, in the order made: overlay-wide id -> the tests a
+    publication conforming to it passes (made once: a publisher's every publication is
+    checked against the advertisements of its class)."""
     visibility: dict[str, Visibility] = field(default_factory=dict)
     """Subscriptions that see transactional publications otherwise than ``on_commit``."""
     account: Account | None = None
     """The account it authenticated as (None on a broker without accounts)."""
+    _classes: dict[str, str] = field(default_factory=dict)
+    """The class of each advertisement in ``conforming``, by overlay-wide id."""
+
+    def advertised(self, advertisement: Advertisement, gid: str) -> None:
+        """The client made ``advertisement``, overlay-wide ``gid``."""
+        self.advertisements[advertisement.id] = gid
+        checks = conformity(advertisement.filter)
+        self.conforming.setdefault(advertisement.filter.class_name, {})[gid] = checks
+        self._classes[gid] = advertisement.filter.class_name
+
+    def unadvertised(self, advertisement: str) -> str | None:
+        """The client withdrew ``advertisement``: its overlay-wide id, None if there is none."""
+        gid = self.advertisements.pop(advertisement, None)
+        if gid is None:
+            return None
+        class_name = self._classes.pop(gid, None)
+        if class_name is not None:  # an advertisement, not a replay offer
+            same = self.conforming[class_name]
+            del same[gid]
+            if not same:
+                del self.conforming[class_name]
+        return gid
 
     def drop(self, subscription: str) -> str | None:
         """Forget the subscription (plain or composite) and its visibility: its overlay-wide

@@ -11,7 +11,17 @@ from padres.matching.relations import satisfiable
 from padres.model.messages import CompositeSubscription, Filter, Publication, Subscription, Variable
 from rete.operators import NUMERIC, Op, Value, evaluate, predicate_test
 
-__all__ = ["CompositeMatch", "MatchResult", "Matcher", "conforms", "filter_bindings", "matches"]
+__all__ = [
+    "CompositeMatch",
+    "Conformity",
+    "MatchResult",
+    "Matcher",
+    "conformity",
+    "conforms",
+    "conforms_to",
+    "filter_bindings",
+    "matches",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +111,14 @@ def conforms(advertisement: Filter, pub: Publication) -> bool:
     [x,<,3]``) announces nothing, so that routing, which asks whether a subscription overlaps
     an advertisement, never misses a publication that conforms.
     """
-    checks = _conformity(advertisement)
+    return conforms_to(_conformity(advertisement), pub)
+
+
+Check = tuple[str, Callable[[Any, Any], bool], Any]
+
+
+def conforms_to(checks: Conformity, pub: Publication) -> bool:
+    """``conforms``, with the advertisement's ``conformity`` made beforehand."""
     if checks is None:
         return False
     attrs = pub.attributes
@@ -112,13 +129,10 @@ def conforms(advertisement: Filter, pub: Publication) -> bool:
     return True
 
 
-_Check = tuple[str, Callable[[Any, Any], bool], Any]
-
-
-@lru_cache(maxsize=1 << 12)
-def _conformity(advertisement: Filter) -> tuple[_Check, ...] | None:
+def conformity(advertisement: Filter) -> Conformity:
     """The tests ``conforms`` makes for ``advertisement`` (``isPresent`` needs none), or
-    None if it announces nothing."""
+    None if it announces nothing: for a caller that keeps them as long as the advertisement
+    (``conforms`` keeps the latest few thousand)."""
     if not satisfiable(advertisement):
         return None
     return tuple(
@@ -126,3 +140,7 @@ def _conformity(advertisement: Filter) -> tuple[_Check, ...] | None:
         for p in advertisement.predicates
         if p.op is not Op.IS_PRESENT
     )
+
+
+Conformity = tuple[Check, ...] | None
+_conformity = lru_cache(maxsize=1 << 12)(conformity)
