@@ -10,9 +10,11 @@ from typing import Any
 
 import orjson
 
+from padres.client.connection import Delivery
+from padres.model.protocol import Notify
 from padres.runtime.backoff import Backoff
 
-__all__ = ["eventually", "health", "wait_linked"]
+__all__ = ["Numbers", "eventually", "health", "wait_linked"]
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
@@ -62,3 +64,14 @@ def wait_linked(
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name} did not link to {sorted(wanted[name])} in time")
             time.sleep(0.05)
+
+
+class Numbers:
+    """A subscriber's callback keeping the ``n`` of each publication it gets, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def __call__(self, delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        self.got.append(int(delivery.publication.attributes["n"]))

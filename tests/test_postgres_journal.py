@@ -19,11 +19,10 @@ import pytest
 from padres.broker import Broker
 from padres.broker.postgres_journal import PostgresJournal, drop_journal
 from padres.client.connection import Client, Delivery
-from padres.model.protocol import Notify
 from padres.runtime.node import BrokerNode
 from padres.testing.processes import BrokerProcess, free_ports
 from tests.postgres import LIBPQ, postgres_or_skip
-from tests.support import eventually, wait_linked
+from tests.support import Numbers, eventually, wait_linked
 
 pytestmark = pytest.mark.anyio
 
@@ -37,17 +36,6 @@ def broker_id() -> Iterator[str]:
     name = f"B{uuid.uuid4().hex[:8]}"
     yield name
     drop_journal(LIBPQ, name)
-
-
-class _Numbers:
-    """What a subscriber received: the ``n`` of each publication, in order."""
-
-    def __init__(self) -> None:
-        self.got: list[int] = []
-
-    def __call__(self, delivery: Delivery) -> None:
-        assert isinstance(delivery, Notify)
-        self.got.append(int(delivery.publication.attributes["n"]))
 
 
 def _broker(name: str, port: int, neighbours: list[str], options: list[str]) -> BrokerProcess:
@@ -79,7 +67,7 @@ async def test_a_broker_lost_with_its_machine_is_replaced_elsewhere_with_nothing
             proc.start()
         url[broker_id] = procs[2].url
         wait_linked([("A", broker_id), (broker_id, "C")], url)
-        got = _Numbers()
+        got = Numbers()
         b_urls = [url[broker_id], f"ws://127.0.0.1:{b2}"]
         async with (
             Client(url["C"], "manager", reconnect=True, timeout=30) as manager,
@@ -146,7 +134,7 @@ async def test_a_broker_that_loses_its_database_stops_and_takes_up_again(
         for proc in procs:
             proc.start()
         wait_linked([("A", broker_id)], url)
-        got = _Numbers()
+        got = Numbers()
         async with (
             Client(url["A"], "manager") as manager,
             Client(url[broker_id], "shop", reconnect=True, timeout=60) as shop,

@@ -12,25 +12,15 @@ from typing import Any
 
 import httpx
 
-from padres.client.connection import Client, Delivery
-from padres.model.protocol import Notify
+from padres.client.connection import Client
 from padres.testing.processes import BrokerProcess, DatabaseProcess
-from tests.support import eventually, wait_linked
+from tests.support import Numbers, eventually, wait_linked
 
 COUNT = 900
 
 
 def _at_least(items: list[int], count: int) -> bool:
     return len(items) >= count
-
-
-class _Numbers:
-    def __init__(self) -> None:
-        self.got: list[int] = []
-
-    def __call__(self, delivery: Delivery) -> None:
-        assert isinstance(delivery, Notify)
-        self.got.append(int(delivery.publication.attributes["n"]))
 
 
 async def test_a_durable_subscriber_moves_between_three_brokers_with_nothing_lost_or_doubled(
@@ -51,7 +41,7 @@ async def test_a_durable_subscriber_moves_between_three_brokers_with_nothing_los
     url["C"] = procs["C"].start()
     try:
         wait_linked([("A", "B"), ("B", "C")], url)
-        got = _Numbers()
+        got = Numbers()
         async with (
             Client(url["A"], "shop") as shop,
             Client([url["C"], url["B"], url["A"]], "manager", reconnect=True, timeout=30) as m,
@@ -102,7 +92,7 @@ async def test_a_database_node_fails_over_to_another_broker_and_stores_each_publ
             await shop.flush(30)
 
             async def stored() -> list[int]:
-                got = _Numbers()
+                got = Numbers()
                 past = await reader.subscribe(
                     f"[class,eq,'T'],[time,>=,'{start.isoformat()}'],"
                     f"[time,<,'{datetime.now(UTC).isoformat()}']",
@@ -169,7 +159,7 @@ async def test_a_subscription_taken_to_another_broker_is_let_go_of_where_it_was(
     proxy = _Cut(procs["C"].port)
     try:
         wait_linked([("A", "B"), ("B", "C")], url)
-        got = _Numbers()
+        got = Numbers()
         via = await proxy.start()
         async with (
             Client(url["A"], "shop") as shop,

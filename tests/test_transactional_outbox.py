@@ -19,13 +19,12 @@ from sqlalchemy.orm import Session
 
 from historic.errors import OutboxError
 from historic.outbox import OutboxRelay, TransactionalOutbox
-from padres.client.connection import Client, Delivery
+from padres.client.connection import Client
 from padres.errors import RequestFailed
-from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess
 from tests.outbox_app import ADVERTISEMENT, app, orders
 from tests.postgres import database_url, drop_schema
-from tests.support import eventually
+from tests.support import Numbers, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -63,18 +62,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_schema(schema)
 
 
-class _Received:
-    def __init__(self) -> None:
-        self.numbers: list[int] = []
-
-    def __call__(self, delivery: Delivery) -> None:
-        assert isinstance(delivery, Notify)
-        self.numbers.append(int(delivery.publication.attributes["n"]))
-
-
 @contextlib.asynccontextmanager
-async def _subscriber(broker: str, tag: str) -> AsyncIterator[_Received]:
-    received = _Received()
+async def _subscriber(broker: str, tag: str) -> AsyncIterator[Numbers]:
+    received = Numbers()
     async with Client(broker, f"warehouse-{tag}") as client:
         await client.subscribe(f"[class,eq,'Order'],[tag,eq,'{tag}']", received, durable="orders")
         yield received
@@ -131,19 +121,19 @@ async def test_what_commits_is_published_once_and_what_rolls_back_never(
             outbox, broker, f"shop-{tag}", advertisements=[ADVERTISEMENT], interval=0.2
         )
         async with relay:
-            await eventually(lambda: received.numbers == [1, 2])
+            await eventually(lambda: received.got == [1, 2])
             await eventually(lambda: outbox.count() == 0)  # deleted once the broker has them
             with engine.begin() as conn:  # the relay, running, takes what comes later
                 outbox.add(conn, {"class": "Order", "tag": tag, "n": 5})
                 outbox.add(conn, {"class": "Refund", "tag": tag})  # not advertised: refused
             relay.wake()
-            await eventually(lambda: received.numbers == [1, 2, 5])
+            await eventually(lambda: received.got == [1, 2, 5])
             await eventually(lambda: len(outbox.refused()) == 1)
             ((refused, why),) = outbox.refused()
             assert refused.attributes["class"] == "Refund" and "conforms to none" in why
             await eventually(lambda: outbox.count() == 0)
         await asyncio.sleep(0.3)
-        assert received.numbers == [1, 2, 5]
+        assert received.got == [1, 2, 5]
     with engine.connect() as conn:
         stored = conn.execute(sqlalchemy.select(orders.c.n).where(orders.c.tag == tag))
         assert sorted(n for (n,) in stored) == [1, 2]
@@ -165,13 +155,13 @@ async def test_an_application_killed_after_its_commit_publishes_once_when_it_res
         request.addfinalizer(outbox.engine.dispose)
         assert outbox.count() == 2  # committed, and not known to be published
         if dies == "publish":
-            await eventually(lambda: received.numbers == [1, 2])
+            await eventually(lambda: received.got == [1, 2])
         relay = OutboxRelay(outbox, broker, name, advertisements=[ADVERTISEMENT])
         await _started(relay)
         try:
             await eventually(lambda: outbox.count() == 0)
-            await eventually(lambda: received.numbers == [1, 2])
+            await eventually(lambda: received.got == [1, 2])
             await asyncio.sleep(0.5)
-            assert received.numbers == [1, 2]
+            assert received.got == [1, 2]
         finally:
             await relay.stop()
