@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -14,7 +16,7 @@ from padres.client.connection import Delivery
 from padres.model.protocol import Notify
 from padres.runtime.backoff import Backoff
 
-__all__ = ["Numbers", "eventually", "health", "wait_linked"]
+__all__ = ["Numbers", "Proxy", "eventually", "health", "wait_linked"]
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
@@ -75,3 +77,48 @@ class Numbers:
     def __call__(self, delivery: Delivery) -> None:
         assert isinstance(delivery, Notify)
         self.got.append(int(delivery.publication.attributes["n"]))
+
+
+class Proxy:
+    """A TCP proxy in front of a port on this machine: what goes toward that port can be held
+    to ``rate`` bytes a second (a slow link), and the proxy cut (a lost way to it alone)."""
+
+    def __init__(self, port: int, rate: float | None = None) -> None:
+        self.port = port
+        self.rate = rate
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        """Listen; returns the proxy's ``ws://`` URL."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/ws"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self._writers += [writer, up_writer]
+        await asyncio.gather(
+            self._pipe(reader, up_writer, self.rate), self._pipe(up_reader, writer, None)
+        )
+
+    @staticmethod
+    async def _pipe(
+        source: asyncio.StreamReader, sink: asyncio.StreamWriter, rate: float | None
+    ) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await source.read(16384):
+                sink.write(data)
+                await sink.drain()
+                if rate is not None:
+                    await asyncio.sleep(len(data) / rate)
+        sink.close()
+
+    async def cut(self) -> None:
+        """Close every connection through the proxy, and take no more."""
+        if self._server is not None:
+            self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+        if self._server is not None:
+            await self._server.wait_closed()

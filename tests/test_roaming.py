@@ -4,7 +4,6 @@ processes: each guaranteed publication once, in order, wherever it goes."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -14,7 +13,7 @@ import httpx
 
 from padres.client.connection import Client
 from padres.testing.processes import BrokerProcess, DatabaseProcess
-from tests.support import Numbers, eventually, wait_linked
+from tests.support import Numbers, Proxy, eventually, wait_linked
 
 COUNT = 900
 
@@ -111,39 +110,6 @@ async def test_a_database_node_fails_over_to_another_broker_and_stores_each_publ
             proc.stop()
 
 
-class _Cut:
-    """A TCP proxy to a broker that can be cut: the client's way to that broker alone is lost
-    while the broker stays up."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self._writers += [writer, up_writer]
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError):
-                while data := await source.read(65536):
-                    sink.write(data)
-                    await sink.drain()
-            sink.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    async def cut(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.transport.abort()
-
-
 async def test_a_subscription_taken_to_another_broker_is_let_go_of_where_it_was(
     tmp_path: Path,
 ) -> None:
@@ -156,7 +122,7 @@ async def test_a_subscription_taken_to_another_broker_is_let_go_of_where_it_was(
     url["B"] = procs["B"].start()
     procs["C"].neighbours = [url["B"]]
     url["C"] = procs["C"].start()
-    proxy = _Cut(procs["C"].port)
+    proxy = Proxy(procs["C"].port)
     try:
         wait_linked([("A", "B"), ("B", "C")], url)
         got = Numbers()
@@ -187,5 +153,6 @@ async def test_a_subscription_taken_to_another_broker_is_let_go_of_where_it_was(
             assert [d["owner"] for d in durables("B")] == ["manager@B"]
         assert got.got == list(range(COUNT // 3))
     finally:
+        await proxy.cut()
         for proc in procs.values():
             proc.stop()

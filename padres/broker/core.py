@@ -42,6 +42,7 @@ from msgspec.structs import replace
 
 from padres.broker.advertising import Advertising
 from padres.broker.config import BrokerConfig
+from padres.broker.congestion import Congestion
 from padres.broker.dead_letters import DeadLetterQueues
 from padres.broker.durable import REFRESH, Durables
 from padres.broker.echoes import Echoes
@@ -93,6 +94,7 @@ from padres.model.protocol import (
     ReplayRequest,
     Role,
     RouteAdvertise,
+    RouteCongestion,
     RoutePublish,
     RouteRelease,
     RouteSchema,
@@ -181,6 +183,8 @@ class Broker:
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""
         self.releases = Releases(self.id, self.durables, self._peers, self._new_id)
+        self.congestion = Congestion(self.id, self._epoch, self._peers)
+        """Which brokers of the overlay have a congested link (the runtime says of this one)."""
         self.dead_letters = DeadLetterQueues(self.journal, self.durables, self._sessions, self.id)
         self.subscribing = Subscribing(
             self.routes,
@@ -466,6 +470,8 @@ class Broker:
                 return self.schemas.arrive(message, hop, self._peers)
             case RouteRelease():
                 return self.releases.arrive(message, hop)
+            case RouteCongestion():
+                return self.congestion.arrive(message, hop, self._now)
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():

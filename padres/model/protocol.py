@@ -78,6 +78,7 @@ __all__ = [
     "Roam",
     "Role",
     "RouteAdvertise",
+    "RouteCongestion",
     "RoutePublish",
     "RouteRelease",
     "RouteSchema",
@@ -657,6 +658,17 @@ class RouteRelease(WireMessage, frozen=True, tag="route_release"):
     subscription: str
 
 
+class RouteCongestion(WireMessage, frozen=True, tag="route_congestion"):
+    """Broker ``origin`` (in its run ``run``) has a congested link, or no longer has one:
+    flooded to every broker, each passing on the latest (``seq``) once; while a broker hears
+    of one, it reads its publishers no more (``padres.broker.congestion``)."""
+
+    origin: str
+    run: str
+    seq: Count
+    congested: bool
+
+
 class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
     """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
     version, or merges versions declared apart (see ``padres.broker.schemas``)."""
@@ -702,6 +714,7 @@ Envelope: TypeAlias = (
     | DropSchema
     | RouteSchema
     | RouteRelease
+    | RouteCongestion
     | Subscribe
     | TxBegin
     | TxPublish

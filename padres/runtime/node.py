@@ -212,6 +212,9 @@ class BrokerNode:
         """What the queues of connections gone since the start sent and dropped."""
         self._reading = asyncio.Event()
         self._reading.set()
+        self._congested = False
+        """Whether one of this node's link queues is over ``Limits.pause_at`` (until it is
+        under half of it)."""
         self._hops = count(1)
         self._leaving: set[asyncio.Task[None]] = set()
         self._server: uvicorn.Server | None = None
@@ -293,6 +296,8 @@ class BrokerNode:
             **totals._asdict(),
             "evicted": self.evicted,
             "paused": self.paused,
+            "congested": self._congested,
+            "congested_elsewhere": b.congestion.origins(time.time()),
             "durables": b.durables.statistics(),
             "exceptions": b.dead_letters.queues(),
             "transactions": b.transactions.statistics(),
@@ -396,6 +401,7 @@ class BrokerNode:
                 if self.broker.guard is not None:
                     self.broker.guard.accounts.refresh()
                 self._dispatch(self.broker.tick(time.time()))
+                self._check_flow()  # a congestion elsewhere may be over, or due to be told
                 self._evict_laggards()
                 self._close_strangers()
             except Exception:
@@ -567,14 +573,26 @@ class BrokerNode:
 
     def _check_flow(self) -> None:
         """Stop reading from publishers while a link queue holds more than ``pause_at``
-        bytes, until every one holds less than half of it. Links are always read: holding them
-        back could deadlock a cycle of brokers; so are clients that have not advertised, whose
-        acknowledgements free what durable subscriptions hold."""
+        bytes, until every one holds less than half of it, and while another broker of the
+        overlay says one of its links does (``Broker.congestion``, which this one's is
+        flooded to). Links are always read: holding them back could deadlock a cycle of
+        brokers; so are clients that have not advertised, whose acknowledgements free what
+        durable subscriptions hold."""
         backlog = max((c.queue.size for c in self._connections.values() if c.link), default=0)
-        if self._reading.is_set() and backlog > self.limits.pause_at:
+        if backlog > self.limits.pause_at:
+            self._congested = True
+        elif backlog < self.limits.pause_at // 2:
+            self._congested = False
+        now = time.time()
+        congestion = self.broker.congestion
+        told = congestion.local(self._congested, now)
+        if told:
+            self._queue(told)
+        paused = self._congested or congestion.elsewhere(now)
+        if self._reading.is_set() and paused:
             self._reading.clear()
             self.paused += 1
-        elif not self._reading.is_set() and backlog < self.limits.pause_at // 2:
+        elif not self._reading.is_set() and not paused:
             self._reading.set()
 
     # -- links to neighbours -----------------------------------------------------------------
