@@ -16,19 +16,19 @@ BATCH = 100
 
 async def test_a_slow_link_further_on_slows_the_publisher_and_nothing_is_lost() -> None:
     """A chain A-B-C whose link from B to C carries 1.5 MB a second (a proxy); B pauses at
-    0.5 MiB of link backlog and gives up a link at 3 MiB. A publisher at A sends 6 MB as fast
+    0.25 MiB of link backlog and gives up a link at 4 MiB. A publisher at A sends 6 MB as fast
     as it can: B's congestion reaches A, which reads its publisher no more until it clears,
     so B's link never overflows and the subscriber at C gets every publication."""
-    c = BrokerProcess("C", options=["--heartbeat", "1"])
+    c = BrokerProcess("C")
     url = {"C": c.start()}
     proxy = Proxy(c.port, rate=1_500_000)
     b = BrokerProcess(
         "B",
         neighbours=[await proxy.start()],
-        options=["--heartbeat", "1", "--link-queue", "3", "--pause-at", "0.5"],
+        options=["--link-queue", "4", "--pause-at", "0.25"],
     )
     url["B"] = b.start()
-    a = BrokerProcess("A", neighbours=[url["B"]], options=["--heartbeat", "1"])
+    a = BrokerProcess("A", neighbours=[url["B"]])
     url["A"] = a.start()
     try:
         # The proxy runs in this event loop: wait without blocking it.
@@ -48,7 +48,11 @@ async def test_a_slow_link_further_on_slows_the_publisher_and_nothing_is_lost() 
                     for n in range(first, first + BATCH)
                 ]
                 await shop.publish_many(batch)
-            await eventually(lambda: len(got.got) >= COUNT, 60)
+            try:
+                await eventually(lambda: len(got.got) >= COUNT, 60)
+            except AssertionError:
+                status = {name: health(u) for name, u in url.items()}
+                raise AssertionError(f"{len(got.got)} of {COUNT} arrived; {status}") from None
         assert got.got == list(range(COUNT))
         assert health(url["A"])["paused"] > 0  # A's publisher was held back
         assert health(url["B"])["neighbours"] == ["A", "C"]  # the link was never given up
