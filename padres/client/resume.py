@@ -33,7 +33,7 @@ from padres.model.protocol import Roam, Subscribe
 
 __all__ = ["SEEN", "Seen", "Standing", "past_start"]
 
-SEEN: Final = 100_000
+SEEN: Final = 10_000
 """Deliveries a historic or hybrid subscription remembers, the latest."""
 
 
