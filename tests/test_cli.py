@@ -189,3 +189,10 @@ def test_every_command_explains_itself(capsys: pytest.CaptureFixture[str]) -> No
         assert "usage: padres" in capsys.readouterr().out, path
         seen += 1
     assert seen > 20
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("padres ")

@@ -240,25 +240,31 @@ async def test_bad_frames_get_errors_and_the_broker_keeps_serving(
 
 
 def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
+    """Two ``padres sub`` side by side (each named apart), one given the broker as
+    ``host:port``; a ``padres pub`` of three publications."""
     b = _start(brokers, "B")
     a = _start(brokers, "A", [b])
-    sub = subprocess.Popen(
-        _padres(
-            "sub",
-            "--broker",
-            b,
-            "--json",
-            "--count",
-            "2",
-            "--timeout",
-            "20",
-            "[class,eq,'T'],[v,>,1]",
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert sub.stderr is not None
-    assert b"subscribed" in sub.stderr.readline()
+    subs = [
+        subprocess.Popen(
+            _padres(
+                "sub",
+                "--broker",
+                address,
+                "--json",
+                "--count",
+                "2",
+                "--timeout",
+                "20",
+                "[class,eq,'T'],[v,>,1]",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for address in (b, b.removeprefix("ws://").removesuffix("/ws"))
+    ]
+    for sub in subs:
+        assert sub.stderr is not None
+        assert b"subscribed" in sub.stderr.readline()
     pub = subprocess.run(
         _padres(
             "pub", "--broker", a, "[class,'T'],[v,1]", "[class,'T'],[v,2]", "[class,'T'],[v,3]"
@@ -267,10 +273,11 @@ def test_pub_and_sub_commands(brokers: dict[str, BrokerProcess]) -> None:
         timeout=60,
     )
     assert pub.returncode == 0, pub.stderr
-    out, _ = sub.communicate(timeout=30)
-    lines = [orjson.loads(line) for line in out.splitlines()]
-    assert [line["publication"]["attributes"]["v"] for line in lines] == [2, 3]
-    assert all(line["subscriptions"] == ["s1"] for line in lines)
+    for sub in subs:
+        out, _ = sub.communicate(timeout=30)
+        lines = [orjson.loads(line) for line in out.splitlines()]
+        assert [line["publication"]["attributes"]["v"] for line in lines] == [2, 3]
+        assert all(line["subscriptions"] == ["s1"] for line in lines)
 
 
 def test_client_shell_speaks_padres_commands(

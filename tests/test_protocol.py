@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from padres.errors import DecodeError
+from padres.errors import ConnectError, DecodeError
 from padres.language.parser import (
     parse_advertisement,
     parse_composite,
@@ -202,3 +202,22 @@ def test_version_and_unknown_fields_are_checked() -> None:
 
 def test_websocket_url_accepts_both_forms() -> None:
     assert websocket_url("ws://h:1") == websocket_url("ws://h:1/ws/") == "ws://h:1/ws"
+
+
+@pytest.mark.parametrize(
+    ("given", "endpoint"),
+    [
+        ("127.0.0.1:9101", "ws://127.0.0.1:9101/ws"),
+        ("http://127.0.0.1:9101", "ws://127.0.0.1:9101/ws"),
+        ("HTTPS://b1.example:443/", "wss://b1.example:443/ws"),
+        (" wss://b1:8001/ws ", "wss://b1:8001/ws"),
+    ],
+)
+def test_a_broker_address_is_taken_as_users_write_it(given: str, endpoint: str) -> None:
+    assert websocket_url(given) == endpoint
+
+
+@pytest.mark.parametrize("given", ["ftp://h:1", "ws://", "", "/ws"])
+def test_anything_else_is_refused_saying_what_to_write(given: str) -> None:
+    with pytest.raises(ConnectError, match="write ws://host:port"):
+        websocket_url(given)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 
 from padres.cli import (
     bench,
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Content-based publish/subscribe with Rete matching "
         "and historic subscriptions.",
     )
+    parser.add_argument("--version", action="version", version=f"padres {version('padres')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parse.register(commands)
     match.register(commands)

@@ -110,7 +110,10 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
         "several times, brokers of one overlay tried in turn, and failed over to",
     )
     p.add_argument(
-        "--name", default=None, help="client name (default: the user, else the command's name)"
+        "--name",
+        default=None,
+        help="client name (default: the user; else the command's name, with a random suffix "
+        "unless a durable subscription is to be resumed under it)",
     )
     p.add_argument(
         "--tls-ca",
@@ -147,9 +150,13 @@ async def _connect(
 
     given = credentials(args)
     brokers = args.broker or [DEFAULT_BROKER]
+    # A durable subscription is resumed under the same name; anything else gets a name of
+    # its own, so that two commands of the same kind can run side by side.
+    durable = getattr(args, "durable", None) is not None
+    unique = default_name if durable else f"{default_name}-{secrets.token_hex(3)}"
     client = Client(
         brokers,
-        args.name or given.user or default_name,
+        args.name or given.user or unique,
         on_error=report,
         reconnect=reconnect,
         user=given.user,

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Final, TypeAlias
 
 import msgspec
 
-from padres.errors import InvalidMessage
+from padres.errors import ConnectError, InvalidMessage
 from padres.model.classes import Attributes, Schema, check_class, parse_attributes
 from padres.model.codec import (
     MAX_FRAME_BYTES,
@@ -752,6 +752,19 @@ def decode_frame(
 
 
 def websocket_url(url: str) -> str:
-    """``ws://host:port`` or ``ws://host:port/ws``: a broker's WebSocket endpoint."""
-    url = url.rstrip("/")
-    return url if url.endswith("/ws") else f"{url}/ws"
+    """A broker's WebSocket endpoint from what a user may write: ``ws://host:port`` or
+    ``wss://host:port`` (``/ws`` is added), ``http://`` or ``https://`` (the broker serves
+    both on one port), or ``host:port``; ``ConnectError`` saying what to write otherwise."""
+    text = url.strip()
+    scheme, separator, rest = text.partition("://")
+    if not separator:
+        scheme, rest = "ws", text
+    rest = rest.rstrip("/")
+    scheme = {"http": "ws", "https": "wss"}.get(scheme.lower(), scheme.lower())
+    if scheme not in ("ws", "wss") or not rest or rest.startswith("/"):
+        raise ConnectError(
+            f"not a broker address: {url!r} (write ws://host:port, wss://host:port for a "
+            "broker serving TLS, or host:port)"
+        )
+    endpoint = f"{scheme}://{rest}"
+    return endpoint if endpoint.endswith("/ws") else f"{endpoint}/ws"
