@@ -7,6 +7,7 @@ import contextlib
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -417,8 +418,27 @@ async def test_padres_pub_given_several_brokers_uses_the_first_that_answers(
         assert done.returncode == 0, done.stderr
         got = await seen.get(10)
     assert isinstance(got, Notify) and got.publication.publisher == "shop@B"
-    command = _padres("pub", "--broker", f"ws://127.0.0.1:{dead}", "[class,'T'],[v,1]")
+    dead_url = f"ws://127.0.0.1:{dead}"
+    command = _padres("pub", "--broker", dead_url, "--wait", "1", "[class,'T'],[v,1]")
+    started = time.monotonic()
     done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
-    assert (
-        done.returncode != 0 and f"cannot connect to ws://127.0.0.1:{dead}" in done.stderr.decode()
-    )
+    assert done.returncode != 0 and f"cannot connect to {dead_url}" in done.stderr.decode()
+    assert "(tried for 1 s)" in done.stderr.decode() and time.monotonic() - started < 10
+
+
+async def test_padres_pub_advertises_each_class_it_publishes(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """Publications of two classes with the same attribute names: each class advertised, both
+    published, and the command says so (it once refused the second)."""
+    url = _start(brokers, "B")
+    async with Client(url, "watcher") as watcher:
+        seen = await watcher.subscribe("[class,eq,'A1']")
+        also = await watcher.subscribe("[class,eq,'B1']")
+        command = _padres("pub", "--broker", url, "[class,'A1'],[u,1]", "[class,'B1'],[u,1]")
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "published 2 of 2" in done.stderr.decode()
+        for handle, name in ((seen, "A1"), (also, "B1")):
+            got = await handle.get(10)
+            assert isinstance(got, Notify) and got.publication.class_name == name

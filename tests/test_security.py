@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -845,6 +847,15 @@ async def _converse(acc: Accounts, url1: str, url2: str) -> None:
         await shop.publish("[class,'Order'],[region,'EU'],[item,'shoes']")
         note = await asyncio.wait_for(anext(aiter(sub)), 10)
         assert isinstance(note, Notify) and note.publication.publisher == "shop-eu@B1"
+        # ``padres pub`` as a user who may publish, not administer (at B2: its name is in use
+        # at B1): it succeeds.
+        command = [sys.executable, "-m", "padres.cli", "pub", "--broker", url2, "--adv", EU]
+        command += ["--user", "shop-eu", "--password", "shop-eu-pw"]
+        command += ["[class,'Order'],[region,'EU'],[item,'hat']"]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        hat = await asyncio.wait_for(anext(aiter(sub)), 10)
+        assert isinstance(hat, Notify) and hat.publication.attributes["item"] == "hat"
         # The file changes under the running brokers: the next request sees it.
         Accounts(acc.path, hasher=CHEAP).grant("manager-eu", "subscribe", ORDERS)
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import secrets
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -13,11 +14,12 @@ import orjson
 from msgspec.structs import replace
 
 from padres.cli.credentials import add_credential_options, credentials
-from padres.cli.inputs import read_lines
+from padres.cli.inputs import positive, read_lines
 from padres.client.connection import Client, Delivery
 from padres.errors import (
     AuthenticationError,
     CommandError,
+    ConnectError,
     ConnectionLost,
     ParseError,
     RequestFailed,
@@ -35,9 +37,13 @@ from padres.model.messages import (
 )
 from padres.model.printer import format_filter, format_message
 from padres.model.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
+from padres.runtime.backoff import Backoff
 from rete.operators import Op
 
 DEFAULT_BROKER: Final = "ws://127.0.0.1:8001"
+CONNECT_WAIT: Final = 10.0
+"""Seconds a command goes on dialling brokers that cannot be reached (one just started takes
+a moment to listen) before it gives up, by default (``--wait``)."""
 """The broker the client commands and database nodes dial unless told another."""
 
 SHELL_HELP = """commands (PADRES' own):
@@ -116,6 +122,14 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
         "unless a durable subscription is to be resumed under it)",
     )
     p.add_argument(
+        "--wait",
+        type=positive(float),
+        default=CONNECT_WAIT,
+        metavar="SECONDS",
+        help="how long to go on dialling brokers that cannot be reached, one just started "
+        f"say, before giving up (default {CONNECT_WAIT:g})",
+    )
+    p.add_argument(
         "--tls-ca",
         metavar="FILE",
         help="for a wss:// broker: PEM file of the CA certificates its certificate is checked "
@@ -154,20 +168,29 @@ async def _connect(
     # its own, so that two commands of the same kind can run side by side.
     durable = getattr(args, "durable", None) is not None
     unique = default_name if durable else f"{default_name}-{secrets.token_hex(3)}"
-    client = Client(
-        brokers,
-        args.name or given.user or unique,
-        on_error=report,
-        reconnect=reconnect,
-        user=given.user,
-        password=given.password,
-        token=given.token,
-        tls_ca=args.tls_ca,
-    )
-    try:
-        return await client.connect()
-    except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
-        raise CommandError(f"cannot connect to {', '.join(brokers)}: {exc}") from None
+    deadline = time.monotonic() + args.wait
+    backoff = Backoff()
+    while True:
+        client = Client(
+            brokers,
+            args.name or given.user or unique,
+            on_error=report,
+            reconnect=reconnect,
+            user=given.user,
+            password=given.password,
+            token=given.token,
+            tls_ca=args.tls_ca,
+        )
+        try:
+            return await client.connect()
+        except ConnectError as exc:  # nothing listens yet, maybe: a broker just started
+            delay = backoff.next()
+            if time.monotonic() + delay > deadline:
+                why = f"cannot connect to {', '.join(brokers)} (tried for {args.wait:g} s)"
+                raise CommandError(f"{why}: {exc}") from None
+        except (AuthenticationError, ConnectionLost, RequestFailed, TimeoutError) as exc:
+            raise CommandError(f"cannot connect to {', '.join(brokers)}: {exc}") from None
+        await asyncio.sleep(delay)
 
 
 def _print_error(error: Error) -> None:
@@ -180,13 +203,13 @@ def _print_error(error: Error) -> None:
 
 def _derived_advertisements(pubs: Iterable[Publication]) -> list[Filter]:
     """One advertisement per class and attribute set, each attribute only required present."""
-    seen: dict[tuple[str, ...], Filter] = {}
+    seen: dict[tuple[str, tuple[str, ...]], Filter] = {}
     for pub in pubs:
         names = tuple(sorted(pub.attributes))
-        if names not in seen:
+        if (pub.class_name, names) not in seen:
             preds = [Predicate("class", Op.EQ, pub.class_name)]
             preds += [Predicate(n, Op.IS_PRESENT) for n in names if n != "class"]
-            seen[names] = Filter(tuple(preds))
+            seen[pub.class_name, names] = Filter(tuple(preds))
     return list(seen.values())
 
 
@@ -211,8 +234,7 @@ async def _pub(args: argparse.Namespace) -> int:
     client = await _connect(args, "pub", refused)
     try:
         filters = [a.filter for a in advs if isinstance(a, Advertisement)]
-        for flt in filters or _derived_advertisements(pubs):
-            await client.advertise(flt)
+        made = [await client.advertise(flt) for flt in filters or _derived_advertisements(pubs)]
         if args.transaction:
             async with client.transaction() as tx:
                 for pub in pubs:  # with ids of this run: the broker keeps them
@@ -224,8 +246,10 @@ async def _pub(args: argparse.Namespace) -> int:
             pubs = [replace(p, id=f"{p.id}.{run}") for p in pubs]
             for start in range(0, len(pubs), 500):
                 await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
-        await client.flush()
-        await client.query("advertisements")  # a round trip: everything before it was read
+        await client.flush()  # every guaranteed publication answered
+        if not (args.guaranteed or args.transaction):
+            for ident in made:  # a round trip: its answer comes after the publications'
+                await client.unadvertise(ident)
     except RequestFailed as exc:
         raise CommandError(str(exc)) from None
     finally:
