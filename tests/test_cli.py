@@ -196,3 +196,12 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith("padres ")
+
+
+def test_the_accounts_file_may_follow_the_action(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    accounts = str(tmp_path / "accounts.toml")
+    assert main(["user", "add", "shop", "--password", "pw", "--accounts", accounts]) == 0
+    assert main(["user", "--accounts", accounts, "list"]) == 0
+    assert "shop (client)" in capsys.readouterr().out

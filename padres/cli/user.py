@@ -30,11 +30,12 @@ DEFAULT_FILE = "accounts.toml"
 
 def register(commands: Any) -> None:
     p = commands.add_parser("user", help="manage the accounts file of brokers with security")
+    where = f"the accounts file (default: $PADRES_ACCOUNTS or {DEFAULT_FILE})"
     p.add_argument(
         "--accounts",
         metavar="FILE",
         default=os.environ.get("PADRES_ACCOUNTS", DEFAULT_FILE),
-        help=f"the accounts file (default: $PADRES_ACCOUNTS or {DEFAULT_FILE})",
+        help=where,
     )
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -110,6 +111,10 @@ def register(commands: Any) -> None:
     token_remove.add_argument("name")
     token_remove.add_argument("id")
     token_remove.set_defaults(run=_token_remove)
+    # ``--accounts`` after the action too (``padres user add NAME --accounts FILE``); given
+    # there, it overrides the one before it.
+    for action in [*sub.choices.values(), *tokens.choices.values()]:
+        action.add_argument("--accounts", metavar="FILE", default=argparse.SUPPRESS, help=where)
 
 
 def _password_options(p: argparse.ArgumentParser, *, token_only: bool = False) -> None:
