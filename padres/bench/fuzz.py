@@ -254,8 +254,6 @@ class _Fuzzer:
         self.closed = ""
         """How the broker closed the last connection (its code and reason), if it did."""
         self.reason = ""
-        self.disconnects = 0
-        """Connections the broker closed for too many refused requests (then dialled again)."""
         self.closes: Counter[str] = Counter()
         """Connections the broker closed, with a reason (then dialled again), by reason."""
 
@@ -274,8 +272,6 @@ class _Fuzzer:
                         self.answered.set()
         self.reason = ws.close_reason or ""
         self.closed = f"{ws.close_code} {self.reason}".strip()
-        if self.reason == REFUSED_TOO_OFTEN:
-            self.disconnects += 1
         if self.reason:
             self.closes[self.closed.split(":")[0][:60]] += 1
 
@@ -370,7 +366,9 @@ async def _campaign(url: str, seconds: float, seed: int, quiet: float) -> dict[s
         "fuzzer_closed": "" if answered else fuzzer.closed,
         "fuzzer_close_reason": "" if answered else fuzzer.reason,
         "fuzzer_answered": answered,
-        "fuzzer_disconnects": fuzzer.disconnects,
+        "fuzzer_disconnects": sum(
+            n for closed, n in fuzzer.closes.items() if closed.endswith(REFUSED_TOO_OFTEN)
+        ),
         "fuzzer_closes": dict(fuzzer.closes),
         "published": published,
         "delivered": len(watch.seen),

@@ -373,16 +373,14 @@ class Durables:
             out += self.drop(owner, sub.id)
             durable = None
         if durable is None:  # new, moved here, or forgotten by a broker that lost its journal
-            record = DurableRecord(
-                owner, sub, next=acked + 1, acked=acked, created=now, visibility=visibility
-            )
-            if roam is not None:
+            if roam is None:
                 record = DurableRecord(
-                    owner,
-                    sub,
-                    created=now - roam.age,
-                    visibility=visibility,
-                    producers=ranges_of(roam.taken),
+                    owner, sub, next=acked + 1, acked=acked, created=now, visibility=visibility
+                )
+            else:
+                taken = ranges_of(roam.taken)
+                record = DurableRecord(
+                    owner, sub, created=now - roam.age, visibility=visibility, producers=taken
                 )
             durable = self._take(record)
             self.journal.save(durable.record)

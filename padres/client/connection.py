@@ -70,7 +70,7 @@ from padres.client.pending import (
     PendingStatistics,
     check_limits,
 )
-from padres.client.resume import Seen, Standing, past_start
+from padres.client.resume import Seen, Standing, windowed
 from padres.client.transaction import BlockingTransaction, Transaction
 from padres.client.transport import Dialler, Transport, attached, dial
 from padres.errors import (
@@ -118,7 +118,6 @@ from padres.model.protocol import (
     ReplayOffer,
     ReplayRequest,
     Retry,
-    Roam,
     Span,
     Subscribe,
     TxEnded,
@@ -269,14 +268,22 @@ class SubscriptionHandle:
         self.received = self.done
         return self.done
 
-    def moved(self, broker: str) -> Roam:
-        """Before a durable subscription is made at ``broker``, another than its own, after a
-        reconnect: what was received and not processed is forgotten (it comes again), its
-        delivery numbers start again, and it says where it stands."""
-        assert self.standing is not None, "a durable subscription knows where it stands"
-        self.resume()
-        self.received = self.done = self.acked = 0
-        return self.standing.moved(broker)
+    def again(self, request: Envelope, broker: str) -> Envelope:
+        """``request``, which made the subscription, as it is made again after a reconnect to
+        ``broker``: a durable one resumes after what was processed, or moves to ``broker``
+        if it lives at another (what was received and not processed is forgotten then, and
+        its delivery numbers start again); one whose window reaches into the past asks from
+        its latest deliveries on (``padres.client.resume``)."""
+        if isinstance(request, Durable):
+            standing = self.standing
+            if standing is None or standing.broker == broker:
+                return replace(request, acked=self.resume())
+            self.resume()
+            self.received = self.done = self.acked = 0
+            return replace(request, acked=0, roam=standing.moved(broker))
+        if self.seen is not None and isinstance(request, Subscription | Subscribe):
+            return self.seen.resumed(request)
+        return request
 
     def statistics(self) -> PendingStatistics:
         """The subscription's queue (its handler's, with ``retries``): what is pending now,
@@ -522,15 +529,8 @@ class Client:
                 await self._open()
                 for key, message in list(self._made.items()):
                     handle = self._subs.get(key[1]) if key[0] == "s" else None
-                    if isinstance(message, Durable) and handle is not None:
-                        home = handle.standing.broker if handle.standing else self.broker
-                        if home != self.broker:  # failed over: it moves here
-                            message = replace(message, acked=0, roam=handle.moved(self.broker))
-                        else:
-                            message = replace(message, acked=handle.resume())
-                    elif isinstance(message, Subscription | Subscribe) and handle is not None:
-                        seen = handle.seen
-                        message = message if seen is None else seen.resumed(message)
+                    if handle is not None:
+                        message = handle.again(message, self.broker)
                     try:
                         await self._request(reference(message), message, recovering=True)
                     except RequestFailed as exc:
@@ -762,7 +762,7 @@ class Client:
         """Ask the broker for ``handle``'s subscription by ``request``, which a reconnect makes
         again; the handle ends if the broker refuses it."""
         self._subs[handle.id] = handle
-        if past_start(request) is not None:
+        if windowed(request):
             handle.seen = Seen()
         if isinstance(request, Durable) and handle.standing is None:
             handle.standing = Standing(self.broker)

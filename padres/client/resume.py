@@ -31,7 +31,7 @@ from padres.model.messages import Filter, Origin, Publication, Subscription, Tim
 from padres.model.producers import Ranges, take
 from padres.model.protocol import Roam, Subscribe
 
-__all__ = ["SEEN", "Seen", "Standing", "past_start"]
+__all__ = ["SEEN", "Seen", "Standing", "windowed"]
 
 SEEN: Final = 10_000
 """Deliveries a historic or hybrid subscription remembers, the latest."""
@@ -75,13 +75,12 @@ class Seen:
         return replace(request, subscription=moved) if isinstance(request, Subscribe) else moved
 
 
-def past_start(request: object) -> datetime | None:
-    """The start of the window of ``request``, if it asks for a subscription whose window
-    reaches into the past (a historic or hybrid one)."""
+def windowed(request: object) -> bool:
+    """Whether ``request`` asks for a subscription whose time window has a start (a historic
+    or hybrid one, when the start is past)."""
     sub = request.subscription if isinstance(request, Subscribe) else request
-    if not isinstance(sub, Subscription) or sub.filter.window is None:
-        return None
-    return sub.filter.window.start
+    window = sub.filter.window if isinstance(sub, Subscription) else None
+    return window is not None and window.start is not None
 
 
 class Standing:

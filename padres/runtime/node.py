@@ -195,10 +195,10 @@ class BrokerNode:
         )
         self.started = time.time()
         self.strangers = Strangers(self.limits.strangers_per_address, self.limits.strangers)
+        """Connections that have not said who they are (``padres.runtime.strangers``)."""
         self._penalised: dict[str, float] = {}
         """Addresses whose connection was disconnected for refused messages -> until when
         (``time.monotonic()``) a new connection from them starts without a burst."""
-        """Connections that have not said who they are (``padres.runtime.strangers``)."""
         self._pump = Pump(broker, self._queue, screen=self._screen)
         """Walks the frames of every connection through the core (``receive``)."""
         self._refused = 0
@@ -712,19 +712,15 @@ class BrokerNode:
 
     def _refuse_frame(self, hop: str, why: str) -> None:
         self._refused += 1
-        out: list[Out] = [(hop, Error(why))]
-        self._dispatch(out)
-        self._charge(hop, out)
+        self._dispatch([(hop, Error(why))])
+        self._charge(hop, 1)
 
-    def _charge(self, hop: str, outs: list[Out]) -> None:
-        """Count the refusals among ``outs`` (what the core answered a frame of ``hop``)
-        against ``hop``'s rate (``Limits.refusals_per_second``); a client connection that
-        owes more than ``Limits.refusals_slowed`` seconds for them is disconnected."""
+    def _charge(self, hop: str, refused: int) -> None:
+        """Count ``refused`` messages of ``hop`` against its rate
+        (``Limits.refusals_per_second``); a client connection that owes more than
+        ``Limits.refusals_slowed`` seconds for them is disconnected."""
         connection = self._connections.get(hop)
-        if connection is None or connection.link:
-            return
-        refused = sum(1 for h, m in outs if h == hop and isinstance(m, Error))
-        if not refused:
+        if not refused or connection is None or connection.link:
             return
         if connection.refusals.charge(refused) > self.limits.refusals_slowed:
             self._disconnect_refused(connection)
@@ -766,7 +762,7 @@ class BrokerNode:
             except Exception:  # counting must not cost what was handled
                 log.exception("%s: an observer failed", self.broker.id)
         self._dispatch(outs)
-        self._charge(hop, outs)
+        self._charge(hop, left - first - len(handled))  # the messages it did not take
         connection = self._connections.get(hop)
         if self.broker.guard is not None and not self.broker.greeted(hop) and connection:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
