@@ -14,7 +14,7 @@ from padres.client.connection import Client, Delivery
 from padres.model.messages import Publication
 from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess, DatabaseProcess
-from tests.support import eventually
+from tests.support import eventually, health
 
 ORDERS = "[class,eq,'Order']"
 
@@ -219,4 +219,58 @@ async def test_a_hybrid_subscription_whose_broker_is_killed_resumes_without_gap_
             assert manager.broker == "A"
     finally:
         for proc in (db, b, a):
+            proc.stop()
+
+
+async def test_a_hybrid_subscription_gets_what_a_killed_broker_on_its_path_kept_from_it(
+    tmp_path: Path,
+) -> None:
+    """A chain A-B-C, the shop and the database at A, the hybrid subscriber at C. B, between
+    them, is killed while orders flow, and started again: the database stored every order,
+    and once B is back C asks it again for the past since the link was lost. The subscriber
+    gets each order once, in order."""
+    a = BrokerProcess("A", options=["--heartbeat", "1"])
+    url_a = a.start()
+    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
+    url_b = b.start()
+    c = BrokerProcess("C", neighbours=[url_b], options=["--heartbeat", "1"])
+    url_c = c.start()
+    db = DatabaseProcess("D", url_a, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
+    db.start()
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    try:
+        async with Client(url_a, "shop") as shop, Client(url_c, "manager") as manager:
+            await _offers_reach(manager, 1)
+            await shop.advertise(ORDERS)
+            await asyncio.sleep(0.5)  # the database's subscription reaches A
+            got: list[int] = []
+
+            def take(delivery: Delivery) -> None:
+                assert isinstance(delivery, Notify)
+                got.append(int(delivery.publication.attributes["n"]))
+
+            hybrid = await manager.subscribe(f"{ORDERS},[time,>=,'{start.isoformat()}']", take)
+            await hybrid.replayed(timeout=20)
+            total = 600
+            restart: asyncio.Task[str] | None = None
+            for n in range(total):
+                if n == 200:
+                    b.kill()
+                if n == 300:
+                    restart = asyncio.create_task(asyncio.to_thread(b.start))
+                if n == 500:  # the rest once B is back between A and C
+                    assert restart is not None
+                    await restart
+                    await eventually(lambda: health(url_c)["neighbours"] == ["B"], 20)
+                await shop.publish(_order(n))
+                await asyncio.sleep(0.005)
+            try:
+                await eventually(lambda: len(got) >= total, 30)
+            except AssertionError:
+                missing = sorted(set(range(total)) - set(got))
+                raise AssertionError(f"{len(missing)} missing: {missing[:20]}...") from None
+            await asyncio.sleep(1.0)  # anything sent twice would have come by now
+            assert got == list(range(total))  # each once, in order
+    finally:
+        for proc in (db, c, b, a):
             proc.stop()

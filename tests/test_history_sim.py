@@ -268,7 +268,7 @@ def test_watched_subscriptions_leave_nothing_behind() -> None:
 
 
 def test_a_feed_drops_a_live_copy_of_a_replayed_publication_after_the_switch() -> None:
-    feed = Feed(TimeWindow(PAST), ["d1", "d2"], live=True, started=NOW)
+    feed = Feed(TimeWindow(PAST), ["d1", "d2"], live=True)
     p = [
         Publication(f"p{i}", {"class": "Order"}, NOW + timedelta(seconds=i), "x") for i in range(4)
     ]
@@ -429,3 +429,66 @@ def test_brokers_on_the_way_forget_a_request_whose_requester_is_gone() -> None:
     assert sim.brokers["E"].history.is_empty() and _requested(sim)
     _wait(sim, 31)
     assert not _requested(sim)
+
+
+# -- a hybrid subscription across a failed link --------------------------------------------
+
+
+def test_a_hybrid_subscription_gets_what_a_failed_link_kept_from_it_once_the_link_is_back() -> None:
+    """A chain A-B-C, the shop and the database at A, a hybrid subscriber at C. The link B-C
+    fails while orders are published: the database stores them, the subscriber misses them.
+    Once the link is back, C asks the database again for the past since the loss and merges
+    it in: every order once, in order, the live ones published meanwhile after the repair."""
+    for seed in range(4):
+        sim = _sim([("A", "B"), ("B", "C")], seed)
+        db = SimArchive.attach(sim, "db", "A")
+        db.store("[class,eq,'Order']", "s")
+        shop = _shop(sim)
+        count = _publish_while_running(sim, shop, 0, 5, 0)
+        sim.run()
+        manager = sim.attach("manager", "C")
+        sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+        sim.run()
+        db.answer()
+        sim.tick(1)
+        count = _publish_while_running(sim, shop, count, 5, 1)
+        sim.run()
+        sim.unlink("B", "C")
+        sim.tick(1)
+        count = _publish_while_running(sim, shop, count, 10, 1)  # kept from C
+        sim.run()
+        assert _ids(manager) == [f"o{i}" for i in range(10)], seed
+        sim.link("B", "C")
+        sim.run()
+        sim.tick(1)
+        count = _publish_while_running(sim, shop, count, 5, 2)  # held during the repair
+        sim.run()
+        (request,) = db.requests  # the repair: the past since the loss, less the margin
+        window = request.subscription.filter.window
+        assert window is not None and window.start is not None
+        lost_at = NOW.timestamp() + 1  # a tick in, and a few milliseconds of messages
+        assert 0 <= window.start.timestamp() - (lost_at - 10) < 0.5
+        db.answer()
+        count = _publish_while_running(sim, shop, count, 3, 2)
+        sim.run()
+        assert _ids(manager) == [f"o{i}" for i in range(count)], seed
+        assert len(_done(manager)) == 1  # the past ended once, for the client
+
+
+def test_a_repair_with_no_database_to_ask_lets_the_held_live_stream_go() -> None:
+    sim = _sim([("A", "B"), ("B", "C")])
+    shop = _shop(sim)
+    manager = sim.attach("manager", "C")
+    sim.send(manager, parse_subscription(f"[class,eq,'Order'],{_window(PAST)}", id="h"))
+    sim.run()
+    count = _publish_while_running(sim, shop, 0, 3, 1)
+    sim.run()
+    sim.unlink("B", "C")
+    sim.link("B", "C")
+    sim.run()
+    count = _publish_while_running(sim, shop, count, 3, 1)  # held: a repair is due
+    sim.run()
+    assert _ids(manager) == ["o0", "o1", "o2"]
+    sim.tick(1)
+    sim.run()
+    assert _ids(manager) == [f"o{i}" for i in range(count)]

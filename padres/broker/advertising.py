@@ -20,6 +20,7 @@ from itertools import islice
 
 from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
+from padres.broker.history import History
 from padres.broker.journal import Journal
 from padres.broker.routes import COVER_SCAN, Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
@@ -47,6 +48,7 @@ class Advertising:
         journal: Journal,
         durables: Durables,
         transactions: Transactions,
+        history: History,
         peers: Mapping[str, str],
         tagged: Callable[[list[Out]], list[Out]],
         new_id: Callable[[], str],
@@ -64,6 +66,7 @@ class Advertising:
         self.journal = journal
         self.durables = durables
         self.transactions = transactions
+        self.history = history
         self._peers = peers
         self._tagged = tagged
         self._new_id = new_id
@@ -205,6 +208,7 @@ class Advertising:
             return []  # the copy from the tree's parent is the one that counts
         path = (*message.path, self.id)
         tree = trees.add(adv, message.tree, hop, path, message.replay, message.period)
+        self.history.tree_found(tree)
         forward = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
         out = self._flood(forward, hop)
         if message.replay:
@@ -221,6 +225,8 @@ class Advertising:
                 # The neighbour lost the tree with a failed link; it can have it through us.
                 return self._offer_tree(tree, hop)
             return []
+        if message.lost and not tree.replay:
+            self.history.tree_lost(tree)
         (self.archives if tree.replay else self.trees).remove(message.advertisement_id)
         if not message.lost:
             self._forget(message.advertisement_id, now)
@@ -243,6 +249,8 @@ class Advertising:
         for trees in (self.trees, self.archives):
             for tree in trees:
                 if tree.parent == hop:
+                    if trees is self.trees:
+                        self.history.tree_lost(tree)
                     for aid in list(tree.advertisements):
                         trees.remove(aid)
                         out += self._flood(RouteUnadvertise(aid, tree.id, lost=True), hop)

@@ -155,7 +155,12 @@ class Broker:
         self.archives = Trees()
         """The trees of the databases' replay offers."""
         self.history = History(
-            self.id, self.archives, config.replay_delay, timeout=config.replay_timeout
+            self.id,
+            self.trees,
+            self.archives,
+            config.replay_delay,
+            lambda: self._now,
+            timeout=config.replay_timeout,
         )
         self.echoes = Echoes()
         self.limits = config.composites
@@ -227,6 +232,7 @@ class Broker:
             self.journal,
             self.durables,
             self.transactions,
+            self.history,
             self._peers,
             self._tagged,
             self._new_id,

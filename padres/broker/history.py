@@ -13,19 +13,33 @@ database that stops answering (see ``History`` for the timeout).
 At the edge, a ``Feed`` per filter merges the answers and the live stream (see ``replay``);
 the watch turns what comes out into deliveries, and tells the client with ``ReplayDone`` when
 the past is complete.
+
+A hybrid subscription's live stream misses what was published while a tree it followed was
+cut off from this broker (a link or a broker on the way failed). When the tree comes back (or
+a database offering its past does), the edge broker asks the databases again for the past
+since the loss, less ``REPAIR_MARGIN`` for what was on its way, and merges the answer in as
+before (``Feed.reopen``): the gap is filled, and nothing the feed passed on comes twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Final
 
 from padres.broker.replay import Feed
 from padres.broker.routes import Out
-from padres.broker.trees import Trees
+from padres.broker.trees import Tree, Trees
 from padres.matching.rete_matcher import to_composite
-from padres.model.messages import CompositeSubscription, Filter, Publication, Subscription
+from padres.model.messages import (
+    CompositeSubscription,
+    Filter,
+    Publication,
+    Subscription,
+    TimeWindow,
+)
 from padres.model.protocol import (
     CompositeNotify,
     Notify,
@@ -36,7 +50,15 @@ from padres.model.protocol import (
 )
 from rete import CompositeLimits, Network
 
-__all__ = ["History", "Watch"]
+__all__ = ["LOSS_MEMORY", "REPAIR_MARGIN", "History", "Watch"]
+
+log = logging.getLogger(__name__)
+
+REPAIR_MARGIN: Final = 10.0
+"""Seconds before a tree's loss from which a repair asks the past again: publications on their
+way when the link failed (and publishers' clocks a little behind this broker's)."""
+LOSS_MEMORY: Final = 600.0
+"""Seconds a lost tree is waited for: a tree not back by then is not repaired for."""
 
 
 @dataclass
@@ -132,15 +154,28 @@ class History:
     """
 
     def __init__(
-        self, broker_id: str, archives: Trees, replay_delay: float, *, timeout: float = 30.0
+        self,
+        broker_id: str,
+        trees: Trees,
+        archives: Trees,
+        replay_delay: float,
+        clock: Callable[[], float],
+        *,
+        timeout: float = 30.0,
     ) -> None:
+        """``trees``: the advertisement trees; ``archives``: the trees of replay offers;
+        ``clock``: the broker's time now (Unix seconds)."""
         self.id = broker_id
+        self.trees = trees
         self.archives = archives
+        self._clock = clock
         self.replay_delay = replay_delay
         self.timeout = timeout
         self.watches: dict[str, Watch] = {}
         self.parts: dict[str, str] = {}
         """Part id -> the id of its watch."""
+        self._filters: dict[str, Filter] = {}
+        """Part id -> its filter."""
         self._passages: dict[tuple[str, str], _Passage] = {}
         self._bounds: dict[str, float] = {}
         """Part id -> the earliest publication time its subscriber may read."""
@@ -169,37 +204,48 @@ class History:
             past = window is not None and (window.start is None or window.start < at)
             live = window is None or window.end is None or window.end > at
             databases: set[str] = set()
+            bound = (bounds or {}).get(pid)
+            if bound is not None:
+                self._bounds[pid] = bound
             if past:
-                assert window is not None
                 watch.has_past = True
-                end = now if window.end is None else min(now, window.end.timestamp())
-                ready_at = end + self.replay_delay
-                for tid in sorted(self.archives.overlapping(flt)):
-                    tree = self.archives.get(tid)
-                    if tree is None or tree.replay in databases:
-                        continue  # one request per database, up its first overlapping offer
-                    if tree.period is not None and not tree.period.meets(window):
-                        continue  # an archive of other times
-                    databases.add(tree.replay)
-                    deadline = ready_at + self.timeout
-                    self._passages[pid, tree.replay] = _Passage("", tree.parent, deadline)
-                    bound = (bounds or {}).get(pid)
-                    request = ReplayRequest(
-                        Subscription(pid, flt), tid, tree.replay, ready_at, not_before=bound
-                    )
-                    if bound is not None:
-                        self._bounds[pid] = bound
-                    out.append((tree.parent, request))
-            watch.feeds[pid] = Feed(window, databases, live=live, started=at)
+                out += self._ask(pid, flt, now, databases)
+            watch.feeds[pid] = Feed(window, databases, live=live)
             watch.indexes[pid] = index
             self.parts[pid] = gid
+            self._filters[pid] = flt
         self.watches[gid] = watch
+        return out
+
+    def _ask(self, pid: str, flt: Filter, now: float, databases: set[str]) -> list[Out]:
+        """Requests for part ``pid``'s past as ``flt``'s window has it (up to now), one to
+        each database whose offer overlaps it; the databases asked are added to ``databases``."""
+        window = flt.window
+        assert window is not None
+        end = now if window.end is None else min(now, window.end.timestamp())
+        ready_at = end + self.replay_delay
+        bound = self._bounds.get(pid)
+        out: list[Out] = []
+        for tid in sorted(self.archives.overlapping(flt)):
+            tree = self.archives.get(tid)
+            if tree is None or tree.replay in databases:
+                continue  # one request per database, up its first overlapping offer
+            if tree.period is not None and not tree.period.meets(window):
+                continue  # an archive of other times
+            databases.add(tree.replay)
+            deadline = ready_at + self.timeout
+            self._passages[pid, tree.replay] = _Passage("", tree.parent, deadline)
+            request = ReplayRequest(
+                Subscription(pid, flt), tid, tree.replay, ready_at, not_before=bound
+            )
+            out.append((tree.parent, request))
         return out
 
     def unwatch(self, gid: str) -> Watch:
         watch = self.watches.pop(gid)
         for pid in watch.feeds:
             del self.parts[pid]
+            del self._filters[pid]
             self._bounds.pop(pid, None)
             for key in [k for k in self._passages if k[0] == pid]:
                 del self._passages[key]
@@ -209,6 +255,67 @@ class History:
         """A live publication matched part ``pid`` of a watch."""
         watch = self.watches[self.parts[pid]]
         return watch.deliveries(pid, watch.feeds[pid].arrived(pub))
+
+    def tree_lost(self, tree: Tree) -> None:
+        """``tree`` was lost with a failed link: the hybrid feeds following it will ask for
+        the past again once it is back."""
+        now = self._clock()
+        for _, feed in self._following(tree):
+            feed.lost.setdefault(tree.id, now)
+
+    def tree_found(self, tree: Tree) -> None:
+        """``tree`` (an advertisement tree, or a database's offer) came: the feeds that lost
+        trees it overlaps are due a repair, at the next tick."""
+        for _, feed in self._following(tree):
+            if feed.lost:
+                feed.due = True
+
+    def _following(self, tree: Tree) -> Iterator[tuple[str, Feed]]:
+        """The hybrid feeds (part id, feed) whose filter overlaps ``tree``."""
+        for pid, gid in self.parts.items():
+            feed = self.watches[gid].feeds[pid]
+            if feed.live and self.archives.tree_overlaps(tree, self._filters[pid]):
+                yield pid, feed
+
+    def _repair(self, now: float) -> list[Out]:
+        """Ask the past again for the feeds due a repair (and no longer replaying): from the
+        earliest loss they are owed, less ``REPAIR_MARGIN``, but not from before what they
+        remember having passed on."""
+        out: list[Out] = []
+        for pid, gid in self.parts.items():
+            watch = self.watches[gid]
+            feed = watch.feeds[pid]
+            for tid, when in list(feed.lost.items()):
+                if now - when > LOSS_MEMORY:
+                    del feed.lost[tid]
+            if not (feed.due and feed.done):
+                continue
+            if not feed.lost:
+                out += watch.deliveries(pid, feed.settle())
+                continue
+            flt = self._filters[pid]
+            window = flt.window or TimeWindow()
+            start = datetime.fromtimestamp(min(feed.lost.values()) - REPAIR_MARGIN, UTC)
+            for floor in (window.start, feed.remembers_since()):
+                if floor is not None and floor > start:
+                    start = floor
+            databases: set[str] = set()
+            since = Filter(flt.predicates, TimeWindow(start, window.end))
+            out += self._ask(pid, since, now, databases)
+            if not databases:  # the next database that offers is asked
+                out += watch.deliveries(pid, feed.settle())
+                continue
+            for tid in [t for t in feed.lost if self.trees.get(t) is not None]:
+                del feed.lost[tid]  # back: repaired
+            feed.reopen(databases)
+            log.info(
+                "%s: asking %s again for the past of %s since %s: a tree it followed was lost",
+                self.id,
+                ", ".join(sorted(databases)),
+                pid,
+                start.isoformat(),
+            )
+        return out
 
     # -- requests on the way -----------------------------------------------------------------
 
@@ -237,7 +344,7 @@ class History:
     def expire(self, now: float) -> list[Out]:
         """Time passes: passages with no answer for too long end (see the class docstring);
         returns what the requests made here that ended pass on to their subscribers."""
-        out: list[Out] = []
+        out = self._repair(now)
         for key, passage in list(self._passages.items()):
             if passage.touched:
                 passage.touched = False

@@ -6,21 +6,26 @@ passed on once), holds back live publications while the past is still arriving, 
 switch passes on those the past did not already contain. From then on live publications pass
 through, save those the past already delivered (a publication can reach a database before it
 reaches the subscriber). Publications outside the subscription's time window never pass.
+
+A hybrid feed may be *repaired*: when a tree it followed was lost with a failed link and comes
+back, the past since the loss is asked again (``reopen``) and merged in the same way, so
+that what the live stream missed meanwhile arrives, and nothing it already passed on comes
+twice. What a feed passed on is remembered for this, the latest ``REMEMBERED`` publications.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Final
 
 from padres.model.messages import Publication, TimeWindow
 
-__all__ = ["SEAM", "Feed"]
+__all__ = ["REMEMBERED", "Feed"]
 
-SEAM: Final = timedelta(seconds=60)
-"""How far around the switch replayed publications are remembered, to drop live duplicates."""
+REMEMBERED: Final = 10_000
+"""How many of the publications a feed passed on it remembers, the latest, to drop copies."""
 
 _Key = tuple[str, str]
 
@@ -31,33 +36,42 @@ def _key(pub: Publication) -> _Key:
 
 class Feed:
     """See the module docstring. ``databases``: those asked; ``live``: a hybrid subscription,
-    whose live publications are delivered after the past; ``started``: when it was made."""
+    whose live publications are delivered after the past."""
 
-    def __init__(
-        self,
-        window: TimeWindow | None,
-        databases: Iterable[str],
-        *,
-        live: bool,
-        started: datetime,
-    ) -> None:
+    def __init__(self, window: TimeWindow | None, databases: Iterable[str], *, live: bool) -> None:
         self.window = window
         self.live = live
-        self.waiting = set(databases)
         self.answered: list[str] = []
         self.failed: dict[str, str] = {}
-        self._queues: dict[str, deque[Publication]] = {db: deque() for db in self.waiting}
+        self.waiting: set[str] = set()
+        self._queues: dict[str, deque[Publication]] = {}
         self._held: list[Publication] = []
-        self._at: datetime | None = None
-        self._at_keys: set[_Key] = set()
-        self._recent: set[_Key] = set()
-        self._recent_since = started - SEAM
-        self._last_replayed: datetime | None = None
+        self._passed: dict[_Key, datetime] = {}
+        """The latest publications passed on, oldest first, with their times."""
+        self.lost: dict[str, float] = {}
+        """Trees this feed followed that were lost with a failed link: tree id -> when
+        (Unix seconds, the broker's clock)."""
+        self.due = False
+        """Whether a lost tree, or a database, came (back) since: a repair is due, and live
+        publications are held until it is made."""
+        self._ask(databases)
 
     @property
     def done(self) -> bool:
         """Whether every database asked has finished (or failed)."""
         return not self.waiting
+
+    def remembers_since(self) -> datetime | None:
+        """The time of the oldest publication remembered as passed on, if the memory is full
+        (before it, what was passed on is no longer known); None if it is not."""
+        if len(self._passed) < REMEMBERED:
+            return None
+        return next(iter(self._passed.values()))
+
+    def reopen(self, databases: Iterable[str]) -> None:
+        """Ask ``databases`` again (a repair): live publications are held until they finish,
+        and what they send that was passed on already is dropped."""
+        self._ask(databases)
 
     def replayed(self, database: str, pubs: Iterable[Publication]) -> list[Publication]:
         """A database's next publications; returns what can be passed on now."""
@@ -75,28 +89,47 @@ class Feed:
         self.waiting.discard(database)
         if error:
             self.failed[database] = error
-        else:
+        elif database not in self.answered:
             self.answered.append(database)
-        out = self._merge()
-        if self.done:
-            out += [p for p in self._held if _key(p) not in self._recent]
-            self._held = []
-        return out
+        return self._merge() + self._release()
 
     def arrived(self, pub: Publication) -> list[Publication]:
         """A live publication matched; returns it if it is to be passed on now."""
         if not self.live or (self.window is not None and pub.timestamp not in self.window):
             return []
-        if not self.done:
+        if not self.done or self.due:
             self._held.append(pub)
             return []
-        if self._recent:
-            if _key(pub) in self._recent:
-                return []
-            last = self._last_replayed
-            if last is not None and pub.timestamp > last + SEAM:
-                self._recent.clear()  # the live stream is well past the switch
-        return [pub]
+        return [pub] if self._pass(pub) else []
+
+    def settle(self) -> list[Publication]:
+        """A repair that was due is not made (nobody to ask): returns the live publications
+        held for it."""
+        self.due = False
+        return self._release()
+
+    def _ask(self, databases: Iterable[str]) -> None:
+        self.due = False
+        self.waiting = set(databases)
+        self._queues = {db: deque() for db in self.waiting}
+
+    def _release(self) -> list[Publication]:
+        """The held live publications, once neither the past nor a repair holds them."""
+        if not self.done or self.due:
+            return []
+        held, self._held = self._held, []
+        return [p for p in held if self._pass(p)]
+
+    def _pass(self, pub: Publication) -> bool:
+        """Whether ``pub`` is new here; if it is, it is remembered as passed on."""
+        key = _key(pub)
+        passed = self._passed
+        if key in passed:
+            return False
+        passed[key] = pub.timestamp
+        if len(passed) > REMEMBERED:
+            del passed[next(iter(passed))]
+        return True
 
     def _merge(self) -> list[Publication]:
         """Pass on replayed publications in time order while no waiting database could still
@@ -108,13 +141,5 @@ class Feed:
             if not heads or any(not queues[db] for db in self.waiting):
                 return out
             pub = min(heads, key=lambda q: q[0].timestamp).popleft()
-            key = _key(pub)
-            if pub.timestamp != self._at:
-                self._at, self._at_keys = pub.timestamp, set()
-            if key in self._at_keys:
-                continue  # the same publication from another database
-            self._at_keys.add(key)
-            if pub.timestamp >= self._recent_since:
-                self._recent.add(key)
-            self._last_replayed = pub.timestamp
-            out.append(pub)
+            if self._pass(pub):
+                out.append(pub)
