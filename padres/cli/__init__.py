@@ -20,6 +20,7 @@ from padres.cli import (
     user,
 )
 from padres.cli.plugins import plug_in
+from padres.cli.settings import configured, preset, shown
 from padres.errors import PadresError, missing
 
 __all__ = ["main"]
@@ -48,7 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = configured(parser, words)
+    if command is not None:
+        try:
+            preset(command, words, os.environ)
+        except PadresError as exc:
+            print(f"{command.prog}: {exc}", file=sys.stderr)
+            return 2
+    args = parser.parse_args(words)
+    if command is not None and args.print_config:
+        print(shown(command, args))
+        return 0
     try:
         code: int = args.run(args)
     except PadresError as exc:

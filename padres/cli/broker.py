@@ -17,6 +17,7 @@ from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.inputs import positive
 from padres.cli.logs import setup_logging
+from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
 from padres.runtime.node import BrokerNode, Limits
@@ -108,6 +109,7 @@ def register(commands: Any) -> None:
     _tls_options(p)
     p.add_argument("--quiet", action="store_true", help="log warnings only")
     add_credential_options(p, "this broker, linking to its neighbours,")
+    add_settings_options(p, "PADRES_BROKER_")
     p.set_defaults(run=run)
 
 
