@@ -12,6 +12,7 @@ from padres.cli.bench import data_and_json, show
 from padres.cli.client import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.nodes import attach, run_node, until_stopped
+from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, ParseError
 from padres.language.parser import parse_filter
 from padres.model.printer import format_filter
@@ -47,6 +48,7 @@ def register(commands: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="log warnings only")
     add_credential_options(p, "the node")
+    add_settings_options(p, "PADRES_DB_")
     p.set_defaults(run=run)
 
 

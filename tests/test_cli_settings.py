@@ -119,3 +119,19 @@ def test_a_broker_runs_from_a_file_alone(tmp_path: Path) -> None:
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_database_node_takes_filters_from_the_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter's commas are its own; several filters go one per line."""
+    monkeypatch.setenv("PADRES_DB_ID", "DB1")
+    monkeypatch.setenv("PADRES_DB_STORE", "[class,eq,'Order'],[price,>,1]")
+    monkeypatch.setenv("PADRES_DB_BROKER", "ws://a:1/ws, ws://b:2/ws")
+    assert main(["db", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "store = [\"[class,eq,'Order'],[price,>,1]\"]" in out
+    assert 'broker = ["ws://a:1/ws", "ws://b:2/ws"]' in out
+    monkeypatch.setenv("PADRES_DB_STORE", "[class,eq,'Order']\n[class,eq,'Return']")
+    assert main(["db", "--print-config"]) == 0
+    assert "store = [\"[class,eq,'Order']\", \"[class,eq,'Return']\"]" in capsys.readouterr().out

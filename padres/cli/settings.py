@@ -6,7 +6,8 @@ wins:
 1. on the command line: ``--max-frame 8``;
 2. in the environment: ``PADRES_BROKER_MAX_FRAME=8`` (the prefix, then the option's name in
    capitals with underscores; a flag is ``1``/``true``/``yes`` or ``0``/``false``/``no``; a
-   repeatable option takes several values separated by commas or spaces);
+   repeatable option takes several values one per line, or separated by commas or spaces
+   when they hold no filter);
 3. in the file named by ``--config FILE`` (or ``PADRES_BROKER_CONFIG``): ``max-frame = 8``
    (the option's name; ``max_frame`` is read the same), a flag ``true`` or ``false``, a
    repeatable option a list.
@@ -136,9 +137,15 @@ def _from_file(path: str, options: Mapping[str, argparse.Action]) -> dict[str, A
 
 def _split(action: argparse.Action, text: str) -> Any:
     """An environment variable's text as the value of ``action``."""
-    if isinstance(action, argparse._AppendAction):
-        return [part for part in re.split(r"[,\s]+", text) if part]
-    return text
+    if not isinstance(action, argparse._AppendAction):
+        return text
+    if "\n" in text:
+        parts = text.splitlines()
+    elif "[" in text or "{" in text:  # a filter, whose commas are its own
+        parts = [text]
+    else:
+        parts = re.split(r"[,\s]+", text)
+    return [part.strip() for part in parts if part.strip()]
 
 
 def _converted(action: argparse.Action, value: Any, where: str) -> Any:
