@@ -292,6 +292,7 @@ def test_client_shell_speaks_padres_commands(
             "help",
             "a [class,eq,'T'],[v,isPresent,0]",
             "s [class,eq,'T'],[v,>,5]",
+            "s [class,eq,'T'],[v,>,8]",
             "p [class,'T'],[v,9]",
             "p [class,'T'],[v,1]",
             f"batch {batch}",
@@ -299,6 +300,7 @@ def test_client_shell_speaks_padres_commands(
             "printsubs",
             "printadvs",
             "us s1",
+            "us s2",
             "us s9",
             "quit",
             "",
@@ -316,7 +318,9 @@ def test_client_shell_speaks_padres_commands(
     assert "connected to B as me@B" in out and "printsubs" in out  # help text
     assert "advertised a1: [class,eq,'T'],[v,isPresent]" in out
     assert "subscribed s1: [class,eq,'T'],[v,>,5]" in out
-    assert "s1 <- [class,'T'],[v,9]" in out and "s1 <- [class,'T'],[v,7]" in out
+    assert "s1 <- [class,'T'],[v,7]" in out
+    # A publication matching two subscriptions is printed once, naming both.
+    assert out.count("[class,'T'],[v,9]") == 1 and "s1,s2 <- [class,'T'],[v,9]" in out
     assert "[v,1]" not in out
     assert "error: line 1, column" in out and "takes a number" in out  # 'oops' is refused
     assert "[class,eq,'T'],[v,>,5] from=" in out  # printsubs: the broker's table
@@ -442,3 +446,34 @@ async def test_padres_pub_advertises_each_class_it_publishes(
         for handle, name in ((seen, "A1"), (also, "B1")):
             got = await handle.get(10)
             assert isinstance(got, Notify) and got.publication.class_name == name
+
+
+async def test_padres_pub_reads_json_lines(
+    brokers: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    """A file of JSON lines: attributes (given an id of the run) or wire publications (their
+    own id and timestamp); a wrong line names where it is and nothing is sent."""
+    url = _start(brokers, "B")
+    lines = [
+        '{"class": "T", "v": 1, "name": "plain"}',
+        "[class,'T'],[v,2]",
+        '{"v": 1, "type": "publication", "id": "mine", "timestamp": "2026-01-02T03:04:05Z",'
+        ' "attributes": {"class": "T", "v": 3}}',
+    ]
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    async with Client(url, "watcher") as watcher:
+        seen = await watcher.subscribe("[class,eq,'T']")
+        command = _padres("pub", "--broker", url, "--name", "shop", "--file", str(good))
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        got = [await seen.get(10) for _ in range(3)]
+    pubs = [g.publication for g in got if isinstance(g, Notify)]
+    assert [p.attributes["v"] for p in pubs] == [1, 2, 3]
+    assert pubs[0].attributes["name"] == "plain" and pubs[0].id.startswith("p1.")
+    assert pubs[2].id == "mine" and pubs[2].timestamp.year == 2026
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"class": "T", "v": 1}\n{"v": [1]}\n')
+    command = _padres("pub", "--broker", url, "--file", str(bad))
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+    assert done.returncode == 1 and f"{bad}:2:" in done.stderr.decode()

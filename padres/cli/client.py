@@ -8,6 +8,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
@@ -21,10 +22,12 @@ from padres.errors import (
     CommandError,
     ConnectError,
     ConnectionLost,
+    InvalidMessage,
     ParseError,
     RequestFailed,
 )
 from padres.language.batch import BatchReader
+from padres.model.codec import from_dict, loads
 from padres.model.messages import (
     Advertisement,
     CompositeSubscription,
@@ -65,7 +68,11 @@ def register(commands: Any) -> None:
     p = commands.add_parser("pub", help="publish publications and exit")
     _connection_options(p)
     p.add_argument("publications", nargs="*", help="publications in PADRES syntax")
-    p.add_argument("--file", help="read publications from a file (- for stdin)")
+    p.add_argument(
+        "--file",
+        help="read publications from a file (- for stdin), one a line: PADRES text, or JSON "
+        '(the attributes, {"class": "STOCK", "price": 5}, or a wire publication)',
+    )
     p.add_argument(
         "--adv",
         action="append",
@@ -217,19 +224,52 @@ def run_pub(args: argparse.Namespace) -> int:
     return asyncio.run(_pub(args))
 
 
-async def _pub(args: argparse.Namespace) -> int:
+def _publications(args: argparse.Namespace) -> list[Publication]:
+    """The publications of the command line and of ``--file``: PADRES text, or JSON (an
+    object of attributes, or a wire publication with its own id and timestamp), a line each.
+    Those without an id of their own get one of this run: stores, durable subscriptions and
+    the broker's resend check tell publications apart by publisher and id, and the next run
+    numbers from p1 again."""
     reader = BatchReader()
-    lines = list(args.publications)
+    lines = [(line, "<args>") for line in args.publications]
     if args.file:
-        lines += list(read_lines(args.file))
+        lines += [(line, args.file) for line in read_lines(args.file)]
+    run = secrets.token_hex(8)
+    now = datetime.now(UTC)
     pubs: list[Publication] = []
-    for lineno, line in enumerate(lines, 1):
-        message = reader.parse_line(line, lineno, args.file or "<args>")
+    for lineno, (line, source) in enumerate(lines, 1):
+        text = line.strip()
+        if text.startswith("{"):
+            pubs.append(_json_publication(text, f"p{lineno}.{run}", now, f"{source}:{lineno}"))
+            continue
+        message = reader.parse_line(line, lineno, source)
         if isinstance(message, Publication):
-            pubs.append(message)
+            pubs.append(replace(message, id=f"{message.id}.{run}"))
         elif message is not None:
             raise CommandError(f"line {lineno}: 'padres pub' sends publications only")
-    advs = [reader.parse_line(f"a {a}") for a in args.adv]
+    return pubs
+
+
+def _json_publication(text: str, ident: str, now: datetime, where: str) -> Publication:
+    """A JSON line: the attributes of a publication (given ``ident`` and ``now``), or a wire
+    publication (``"type": "publication"``)."""
+    try:
+        obj = loads(text)
+        if not isinstance(obj, dict):
+            raise InvalidMessage("a JSON line is an object")
+        if "type" not in obj:
+            return Publication(ident, obj, now)
+        message = from_dict(obj)
+    except InvalidMessage as exc:
+        raise CommandError(f"{where}: {exc}") from None
+    if not isinstance(message, Publication):
+        raise CommandError(f"{where}: 'padres pub' sends publications only")
+    return message
+
+
+async def _pub(args: argparse.Namespace) -> int:
+    pubs = _publications(args)
+    advs = [BatchReader().parse_line(f"a {a}") for a in args.adv]
     refused: list[Error] = []
     client = await _connect(args, "pub", refused)
     try:
@@ -240,10 +280,6 @@ async def _pub(args: argparse.Namespace) -> int:
                 for pub in pubs:  # with ids of this run: the broker keeps them
                     await tx.publish(dict(pub.attributes))
         else:
-            # Ids of this run: stores, durable subscriptions and the broker's resend check tell
-            # publications apart by publisher and id, and the next run numbers from p1 again.
-            run = secrets.token_hex(8)
-            pubs = [replace(p, id=f"{p.id}.{run}") for p in pubs]
             for start in range(0, len(pubs), 500):
                 await client.publish_many(pubs[start : start + 500], guaranteed=args.guaranteed)
         await client.flush()  # every guaranteed publication answered
@@ -336,6 +372,7 @@ async def _shell(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     print(f"connected to {client.broker} as {client.session}; 'help' lists the commands")
     loop = asyncio.get_running_loop()
+    show = _Shown()
     try:
         while True:
             if interactive:
@@ -346,7 +383,7 @@ async def _shell(args: argparse.Namespace) -> int:
             command = line.strip()
             if command in ("quit", "exit"):
                 break
-            await _shell_line(client, reader, command)
+            await _shell_line(client, reader, command, show)
     finally:
         await client.close()
     return 0
@@ -359,7 +396,7 @@ _TABLES: Final = {
 }
 
 
-async def _shell_line(client: Client, reader: BatchReader, line: str) -> None:
+async def _shell_line(client: Client, reader: BatchReader, line: str, show: _Shown) -> None:
     word = line.split(maxsplit=1)[0] if line else ""
     try:
         if word == "help":
@@ -372,19 +409,29 @@ async def _shell_line(client: Client, reader: BatchReader, line: str) -> None:
             for lineno, text in enumerate(read_lines(path), 1):
                 message = reader.parse_line(text, lineno, path)
                 if message is not None:
-                    await _send(client, message)
+                    await _send(client, message, show)
         elif line and not line.startswith("#"):
             message = reader.parse_line(line)
             if message is not None:
-                await _send(client, message)
+                await _send(client, message, show)
     except (ParseError, CommandError, RequestFailed) as exc:
         print(f"error: {exc}", flush=True)
 
 
-async def _send(client: Client, message: object) -> None:
-    def show(delivery: Delivery) -> None:
-        print(_format(delivery, False), flush=True)
+class _Shown:
+    """Prints each delivery once, with every subscription of the shell it matched: the broker
+    sends one notification naming them all, which the client hands to each subscription."""
 
+    def __init__(self) -> None:
+        self._last: Delivery | None = None
+
+    def __call__(self, delivery: Delivery) -> None:
+        if delivery is not self._last:
+            self._last = delivery
+            print(_format(delivery, False), flush=True)
+
+
+async def _send(client: Client, message: object, show: _Shown) -> None:
     match message:
         case Publication():  # with an id of this run, made by the client
             await client.publish(dict(message.attributes))
