@@ -441,6 +441,33 @@ def test_a_trace_follows_a_publication_hop_by_hop(overlay: WebOverlay) -> None:
     _problem(httpx.post(f"{b1}/api/v1/traces", json={}), 400, "exactly one")
 
 
+def test_a_trace_of_the_next_match_shows_every_hop_of_a_client_publication(
+    overlay: WebOverlay,
+) -> None:
+    """A publication from an ordinary client (its message names no publisher: the broker
+    does) is reported at its first broker under the publisher the others see."""
+    b1, b3 = overlay.http("B1"), overlay.http("B3")
+    sub = _subscribe(b3, filter="[class,eq,'Letter']")
+    r = httpx.post(f"{b1}/api/v1/traces", json={"filter": "[class,eq,'Letter']"})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    with BlockingClient(f"ws://127.0.0.1:{overlay.brokers['B1'].port}", "postie") as postie:
+        postie.advertise("[class,eq,'Letter'],[to,isPresent,'']")
+        postie.publish("[class,'Letter'],[to,'x']")
+
+        def traced() -> list[dict[str, Any]]:
+            hops: list[dict[str, Any]] = httpx.get(f"{b1}/api/v1/traces/{tid}").json()["hops"]
+            return hops
+
+        eventually(lambda: len(traced()) == 3, what=traced)
+    seen = httpx.get(f"{b1}/api/v1/traces/{tid}").json()
+    assert seen["publisher"] == "postie@B1"
+    assert [h["broker"] for h in seen["hops"]] == ["B1", "B2", "B3"]
+    assert seen["hops"][2]["matched"] == [
+        {"client": f"web-{sub['id']}@B3", "subscription": sub["id"]}
+    ]
+
+
 def test_bad_input_is_refused_whole_with_a_problem_naming_it(overlay: WebOverlay) -> None:
     b1 = overlay.http("B1")
     api = f"{b1}/api/v1"

@@ -176,7 +176,7 @@ class Tracer:
         report = {
             "broker": self.metrics.node.broker.id,
             "publication": pub.id,
-            "publisher": pub.publisher,
+            "publisher": pub.publisher or _publisher(outs, name(hop)),
             "from": name(hop),
             "to": sorted(name(to) for to, out in outs if isinstance(out, RoutePublish)),
             "matched": matched,
@@ -257,3 +257,12 @@ class Tracer:
             return self.view(tid)
 
         return api
+
+
+def _publisher(outs: list[Out], client: str) -> str:
+    """Who published a publication that came from ``client`` with no publisher of its own:
+    as the broker names it in what it sent on (``name@broker``), or as the client is named."""
+    for _, out in outs:
+        if isinstance(out, Notify | RoutePublish) and out.publication.publisher:
+            return out.publication.publisher
+    return client
