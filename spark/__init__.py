@@ -7,8 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark.archive import Archive, Plan
-    from spark.catalog import Catalog
-    from spark.errors import ArchiveError, CatalogError, InputError, JavaMissing
+    from spark.catalog import Catalog, LoadRecord
+    from spark.errors import (
+        AlreadyLoaded,
+        ArchiveError,
+        CatalogError,
+        InputError,
+        JavaMissing,
+        UnknownLoad,
+    )
     from spark.inputs import Format, Period, Reading
     from spark.load import LoadReport, load
     from spark.plan import may_match, prune
@@ -17,10 +24,13 @@ _HOMES = {
     "Archive": "archive",
     "Plan": "archive",
     "Catalog": "catalog",
+    "LoadRecord": "catalog",
+    "AlreadyLoaded": "errors",
     "ArchiveError": "errors",
     "CatalogError": "errors",
     "InputError": "errors",
     "JavaMissing": "errors",
+    "UnknownLoad": "errors",
     "Format": "inputs",
     "Period": "inputs",
     "Reading": "inputs",
@@ -33,6 +43,7 @@ _HOMES = {
 to load, and the command line, which imports ``spark.cli``, needs neither."""
 
 __all__ = [
+    "AlreadyLoaded",
     "Archive",
     "ArchiveError",
     "Catalog",
@@ -40,10 +51,12 @@ __all__ = [
     "Format",
     "InputError",
     "JavaMissing",
+    "LoadRecord",
     "LoadReport",
     "Period",
     "Plan",
     "Reading",
+    "UnknownLoad",
     "load",
     "may_match",
     "prune",

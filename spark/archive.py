@@ -1,28 +1,34 @@
 """Answering a filter from an archive, without Spark: plan from the catalog, read the files
 that may hold matches with the filter pushed down, check every row exactly with the language's
-semantics, and stream the publications in time order."""
+semantics, and stream the publications in time order. Also the archive's loads: listing them
+and removing one."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 import pyarrow.dataset as ds
 
 from padres.matching.matcher import matches
 from padres.model.messages import Filter, Publication
-from spark.catalog import Catalog, ClassRange, default_url
+from spark.catalog import Catalog, ClassRange, LoadRecord, default_url
 from spark.columns import publication
+from spark.errors import ArchiveError
 from spark.plan import prune
 from spark.pushdown import pushdown
 from spark.stats import FileStats
 
-__all__ = ["Archive", "Plan"]
+__all__ = ["LOCAL_ROWS", "Archive", "Plan", "discard"]
 
 BATCH_ROWS = 8192
+LOCAL_ROWS: Final = 2_000_000
+"""A query whose kept files hold at most this many rows is read here with pyarrow by default
+(``padres archive query``): below it, starting Spark takes longer than the read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,21 @@ class Archive:
 
     def files(self, class_name: str | None = None) -> list[FileStats]:
         return self.catalog.files(str(self.root), class_name)
+
+    def loads(self) -> list[LoadRecord]:
+        return self.catalog.loads(str(self.root))
+
+    def remove(self, load: str) -> tuple[LoadRecord, list[str]]:
+        """Remove load ``load``: its catalog entries (in one transaction), then its files; what
+        it was and the paths of its files. ``UnknownLoad`` if there is no such load."""
+        record, paths = self.catalog.remove(str(self.root), load)
+        failed = discard(self.root, paths)
+        if failed:
+            raise ArchiveError(
+                f"load {load} is removed from the catalog, but deleting its files failed: "
+                + "; ".join(failed[:5])
+            )
+        return record, paths
 
     def plan(self, flt: Filter) -> Plan:
         candidates = self.files(flt.class_name)
@@ -96,6 +117,28 @@ class Archive:
         """``query`` without any skipping: every row of every file of the class, each checked."""
         everything = Plan(self.files(flt.class_name), 0)
         return [p for chunk in self.stream(flt, plan=everything, skipping=False) for p in chunk]
+
+
+def discard(root: Path, paths: Iterable[str]) -> list[str]:
+    """Delete the files ``paths`` of the archive at ``root``, which the catalog no longer
+    names, and the directories they leave empty; return what could not be deleted, and why
+    (such a file is never read again, but takes room)."""
+    failed: list[str] = []
+    for path in paths:
+        target = root / path
+        try:
+            target.unlink(missing_ok=True)
+        except OSError as exc:
+            failed.append(f"{target}: {exc.strerror or exc}")
+            continue
+        for folder in (target.parent, target.parent.parent):
+            if folder == root or not folder.is_relative_to(root):
+                break
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or just filled by another load): it stays
+                break
+    return failed
 
 
 def _overlapping(files: list[FileStats]) -> Iterator[list[FileStats]]:

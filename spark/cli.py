@@ -19,6 +19,8 @@ from padres.language.parser import parse_filter
 from padres.model.codec import encode
 from padres.model.printer import format_message
 from padres.model.times import format_time, parse_time
+from spark.errors import AlreadyLoaded
+from spark.session import DEFAULT_LOG, LOG_LEVELS
 
 DEFAULT_BROKER = "ws://127.0.0.1:8001"
 
@@ -34,6 +36,22 @@ def _master(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--master", default="local[2]", metavar="URL", help="Spark master (default local[2])"
     )
+    p.add_argument(
+        "--spark-log",
+        choices=LOG_LEVELS,
+        default=DEFAULT_LOG,
+        metavar="LEVEL",
+        help=f"show Spark's log lines from LEVEL up: {', '.join(LOG_LEVELS)} (default error)",
+    )
+
+
+def _loading(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the earlier loads that hold these inputs or publications (else refused)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on standard error")
 
 
 def register(commands: Any) -> None:
@@ -53,13 +71,20 @@ def register(commands: Any) -> None:
         "--period", choices=["year", "month", "day"], default="month", help="time per directory"
     )
     ld.add_argument("--publisher", default="", help="publisher id of text publications")
+    _loading(ld)
     ld.set_defaults(run=run_load)
 
     q = verbs.add_parser("query", help="publications matching a filter, in time order")
     q.add_argument("filter", metavar="FILTER", help="[class,eq,'STOCK'],...,[time,<,'2000-01-01']")
     _common(q)
     _master(q)
-    q.add_argument("--local", action="store_true", help="read with pyarrow here, without Spark")
+    where = q.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="read with pyarrow here, without Spark")
+    where.add_argument(
+        "--spark",
+        action="store_true",
+        help="run a Spark job (default: when the files to read hold over 2,000,000 rows)",
+    )
     q.add_argument(
         "--full-scan", action="store_true", help="read every row of every file of the class"
     )
@@ -67,9 +92,14 @@ def register(commands: Any) -> None:
     q.add_argument("--count", action="store_true", help="print only how many")
     q.set_defaults(run=run_query)
 
-    ls = verbs.add_parser("files", help="the catalog: files, time ranges and rows")
+    ls = verbs.add_parser("files", help="the catalog: classes, loads and files")
     _common(ls)
     ls.set_defaults(run=run_files)
+
+    rm = verbs.add_parser("remove", help="remove loads: their files and catalog entries")
+    rm.add_argument("loads", nargs="+", metavar="LOAD", help="load id, as archive files lists it")
+    _common(rm)
+    rm.set_defaults(run=run_remove)
 
     mv = verbs.add_parser("move", help="move a database node's old history into the archive")
     mv.add_argument("--url", required=True, help="the database node's store (SQLAlchemy URL)")
@@ -79,6 +109,7 @@ def register(commands: Any) -> None:
     mv.add_argument(
         "--period", choices=["year", "month", "day"], default="month", help="time per directory"
     )
+    _loading(mv)
     mv.set_defaults(run=run_move)
 
     c = verbs.add_parser("cluster", help="a standalone Spark master and workers on loopback")
@@ -101,6 +132,18 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _quiet(_line: str) -> None:
+    pass
+
+
+def _refused(exc: AlreadyLoaded) -> CommandError:
+    those, them = ("that load", "it") if len(exc.loads) == 1 else ("those loads", "them")
+    return CommandError(
+        f"{exc}. Give --replace to replace {those} with this one, or remove {them} first: "
+        f"padres archive remove {' '.join(exc.loads)}"
+    )
+
+
 def run_load(args: argparse.Namespace) -> int:
     from spark.inputs import Format, Period, Reading
     from spark.load import load
@@ -114,24 +157,30 @@ def run_load(args: argparse.Namespace) -> int:
         args.publisher,
         Period(args.period),
     )
-    report = load(
-        args.inputs,
-        args.archive,
-        reading,
-        catalog_url=args.catalog,
-        master=args.master,
-        progress=_progress,
-    )
+    try:
+        report = load(
+            args.inputs,
+            args.archive,
+            reading,
+            catalog_url=args.catalog,
+            master=args.master,
+            progress=_quiet if args.quiet else _progress,
+            replace=args.replace,
+            spark_log=args.spark_log,
+        )
+    except AlreadyLoaded as exc:
+        raise _refused(exc) from None
     classes = ", ".join(f"{c} {n:,}" for c, n in sorted(report.classes.items()))
+    replaced = "".join(f"; replaced load {r.load}" for r in report.replaced)
     print(
         f"loaded {report.rows:,} publications ({classes}) into {report.files} files "
-        f"in {report.seconds:.1f} s (load {report.load})"
+        f"in {report.seconds:.1f} s (load {report.load}{replaced})"
     )
     return 0
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from spark.archive import Archive
+    from spark.archive import LOCAL_ROWS, Archive
     from spark.query import spark_query
 
     try:
@@ -142,16 +191,25 @@ def run_query(args: argparse.Namespace) -> int:
         raise CommandError(f"--archive: {args.archive} is not a directory")
     archive = Archive(args.archive, args.catalog)
     try:
-        if args.local:
-            plan = archive.plan(flt)
+        plan = archive.plan(flt)
+        files = archive.files(flt.class_name) if args.full_scan else plan.read
+        local = args.local or (not args.spark and sum(f.rows for f in files) <= LOCAL_ROWS)
+        if local:
             pubs = archive.full_scan(flt) if args.full_scan else archive.query(flt, plan)
-            read, of = plan.of if args.full_scan else len(plan.read), plan.of
+            read, of = len(files), plan.of
         else:
-            result = spark_query(archive, flt, master=args.master, prune=not args.full_scan)
+            result = spark_query(
+                archive,
+                flt,
+                master=args.master,
+                prune=not args.full_scan,
+                spark_log=args.spark_log,
+            )
             pubs, read, of = result.publications, result.files_read, result.files
     finally:
         archive.close()
-    _progress(f"{len(pubs):,} matches; read {read} of the class's {of} files")
+    by = "pyarrow" if local else "Spark"
+    _progress(f"{len(pubs):,} matches; read {read} of the class's {of} files with {by}")
     if args.count:
         print(len(pubs))
         return 0
@@ -166,7 +224,10 @@ def run_query(args: argparse.Namespace) -> int:
 
 def run_files(args: argparse.Namespace) -> int:
     from spark.archive import Archive
+    from spark.progress import size
 
+    if not args.archive.is_dir():
+        raise CommandError(f"--archive: {args.archive} is not a directory")
     archive = Archive(args.archive, args.catalog)
     try:
         for held in archive.classes():
@@ -176,6 +237,41 @@ def run_files(args: argparse.Namespace) -> int:
             )
         for f in archive.files():
             print(f"  {f.path}  {f.rows:,} rows  {format_time(f.start)} .. {format_time(f.end)}")
+        for record in archive.loads():
+            when = (
+                format_time(record.at.replace(microsecond=0))
+                if record.at is not None
+                else "(inputs not recorded)"
+            )
+            print(f"load {record.load}  {when}  {record.rows:,} rows in {record.files} files")
+            for i in record.inputs:
+                print(
+                    f"  input {i.path}  {size(i.size)}  "
+                    f"modified {format_time(i.modified.replace(microsecond=0))}  "
+                    f"sha256 {i.sha256[:16]}"
+                )
+    finally:
+        archive.close()
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from spark.archive import Archive
+
+    if not args.archive.is_dir():
+        raise CommandError(f"--archive: {args.archive} is not a directory")
+    archive = Archive(args.archive, args.catalog)
+    try:
+        known = {record.load for record in archive.loads()}
+        unknown = [load for load in args.loads if load not in known]
+        if unknown:
+            raise CommandError(
+                f"the archive {archive.root} holds no load {', '.join(unknown)} "
+                "(padres archive files lists its loads); nothing removed"
+            )
+        for load in dict.fromkeys(args.loads):
+            record, paths = archive.remove(load)
+            print(f"removed load {load}: {record.rows:,} rows in {len(paths)} files")
     finally:
         archive.close()
     return 0
@@ -189,15 +285,20 @@ def run_move(args: argparse.Namespace) -> int:
         before = parse_time(args.before)
     except InvalidMessage as exc:
         raise CommandError(f"--before: {exc}") from None
-    report = move(
-        args.url,
-        args.archive,
-        before,
-        catalog_url=args.catalog,
-        master=args.master,
-        period=Period(args.period),
-        progress=_progress,
-    )
+    try:
+        report = move(
+            args.url,
+            args.archive,
+            before,
+            catalog_url=args.catalog,
+            master=args.master,
+            period=Period(args.period),
+            progress=_quiet if args.quiet else _progress,
+            replace=args.replace,
+            spark_log=args.spark_log,
+        )
+    except AlreadyLoaded as exc:
+        raise _refused(exc) from None
     print(f"moved {report.exported:,} publications older than {format_time(before)}")
     return 0
 

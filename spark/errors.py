@@ -6,6 +6,8 @@
     └── ArchiveError          the archive cannot do what was asked
         ├── JavaMissing       Spark needs a Java runtime and none was found
         ├── InputError        an input is missing, unreadable or holds a bad line
+        ├── AlreadyLoaded     a load's inputs or publications are in the archive already
+        ├── UnknownLoad       no load of that id is in the archive
         └── CatalogError      the catalog database failed
 """
 
@@ -13,7 +15,14 @@ from __future__ import annotations
 
 from padres.errors import PadresError
 
-__all__ = ["ArchiveError", "CatalogError", "InputError", "JavaMissing"]
+__all__ = [
+    "AlreadyLoaded",
+    "ArchiveError",
+    "CatalogError",
+    "InputError",
+    "JavaMissing",
+    "UnknownLoad",
+]
 
 
 class ArchiveError(PadresError):
@@ -26,6 +35,25 @@ class JavaMissing(ArchiveError):
 
 class InputError(ArchiveError):
     """An input is missing or unreadable, or one of its lines is not a publication."""
+
+
+class AlreadyLoaded(ArchiveError):
+    """A load was refused, nothing written: earlier ``loads`` hold the same input files, or
+    ``publications`` of its publications (the same publisher and id; 0 when the inputs were
+    recognised before they were parsed)."""
+
+    def __init__(self, message: str, loads: tuple[str, ...], publications: int = 0) -> None:
+        super().__init__(message)
+        self.loads = loads
+        self.publications = publications
+
+
+class UnknownLoad(ArchiveError):
+    """No load of that id is in the archive's catalog."""
+
+    def __init__(self, message: str, load: str) -> None:
+        super().__init__(message)
+        self.load = load
 
 
 class CatalogError(ArchiveError):

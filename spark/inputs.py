@@ -12,15 +12,18 @@ Three formats:
 
 Inputs are read in *pieces* of about ``PIECE_BYTES``, each a run of whole lines (``pieces``,
 on the driver, which counts the lines before each piece so that ids stay the file's name and
-line number), so no task holds more than a piece of a large file. ``parse_piece`` runs on
-Spark's executors; it yields a ``Parsed`` or a ``Bad`` record per line, never raises, so one job
-finds every bad line and the driver reports the first ones.
+line number), so no task holds more than a piece of a large file. ``cut`` does so and, in the
+same pass, fingerprints the file (``InputFile``: size, modification time, SHA-256), which the
+catalog keeps so that a later load of the same input is recognised before it is parsed.
+``parse_piece`` runs on Spark's executors; it yields a ``Parsed`` or a ``Bad`` record per line,
+never raises, so one job finds every bad line and the driver reports the first ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -39,10 +42,12 @@ __all__ = [
     "PIECE_BYTES",
     "Bad",
     "Format",
+    "InputFile",
     "Parsed",
     "Period",
     "Piece",
     "Reading",
+    "cut",
     "expand",
     "parse_line",
     "parse_piece",
@@ -196,8 +201,11 @@ class Piece(NamedTuple):
     first: int
 
 
-def pieces(path: Path, size: int = PIECE_BYTES) -> Iterator[Piece]:
-    """``path`` cut into pieces of about ``size`` bytes, each ending at the end of a line."""
+def pieces(
+    path: Path, size: int = PIECE_BYTES, seen: Callable[[bytes], None] | None = None
+) -> Iterator[Piece]:
+    """``path`` cut into pieces of about ``size`` bytes, each ending at the end of a line;
+    ``seen`` is given every byte read, in order."""
     start = line = 0
     with path.open("rb") as f:
         while True:
@@ -205,9 +213,42 @@ def pieces(path: Path, size: int = PIECE_BYTES) -> Iterator[Piece]:
             if not data:
                 return
             data += f.readline()  # to the end of the line the read stopped in
+            if seen is not None:
+                seen(data)
             yield Piece(str(path), start, start + len(data), line)
             line += data.count(b"\n")
             start += len(data)
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """An input file as a load read it: its absolute path, size, modification time and the
+    SHA-256 of its content (what recognises it again, wherever it lies)."""
+
+    path: str
+    size: int
+    modified: datetime
+    sha256: str
+
+
+def cut(
+    path: Path, size: int = PIECE_BYTES, read: Callable[[int], None] = lambda _: None
+) -> tuple[list[Piece], InputFile]:
+    """``path``'s pieces (``pieces``) and its fingerprint, in one pass over the file; ``read``
+    is told how many bytes each step read."""
+    digest = hashlib.sha256()
+
+    def seen(data: bytes) -> None:
+        digest.update(data)
+        read(len(data))
+
+    try:
+        status = path.stat()
+        found = list(pieces(path, size, seen))
+    except OSError as exc:
+        raise InputError(f"cannot read input {path}: {exc.strerror or exc}") from exc
+    modified = datetime.fromtimestamp(status.st_mtime, UTC)
+    return found, InputFile(str(path.resolve()), status.st_size, modified, digest.hexdigest())
 
 
 def parse_piece(reading: Reading, piece: Piece) -> Iterator[Parsed | Bad]:

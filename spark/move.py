@@ -21,7 +21,7 @@ from padres.model.codec import encode
 from spark.errors import ArchiveError
 from spark.inputs import Format, Period, Reading
 from spark.load import LoadReport, load
-from spark.session import DEFAULT_MASTER
+from spark.session import DEFAULT_LOG, DEFAULT_MASTER
 
 __all__ = ["MoveReport", "export", "move"]
 
@@ -54,8 +54,11 @@ def move(
     master: str = DEFAULT_MASTER,
     period: Period = Period.MONTH,
     progress: Callable[[str], None] = lambda _: None,
+    replace: bool = False,
+    spark_log: str = DEFAULT_LOG,
 ) -> MoveReport:
-    """Move the publications of the store at ``url`` older than ``before`` into ``archive``."""
+    """Move the publications of the store at ``url`` older than ``before`` into ``archive``
+    (``replace``, ``spark_log``: as ``load`` takes them)."""
     store = Store(url)
     staging = archive / "_staging"
     staging.mkdir(parents=True, exist_ok=True)
@@ -72,6 +75,8 @@ def move(
             catalog_url=catalog_url,
             master=master,
             progress=progress,
+            replace=replace,
+            spark_log=spark_log,
         )
         if report.rows != len(keys):
             raise ArchiveError(f"exported {len(keys)} publications but loaded {report.rows}")

@@ -13,7 +13,7 @@ from padres.model.messages import Filter, Publication
 from spark.archive import Archive
 from spark.columns import ID, PUBLISHER, TIME, publication
 from spark.expression import expression
-from spark.session import DEFAULT_MASTER, session
+from spark.session import DEFAULT_LOG, DEFAULT_MASTER, session
 
 __all__ = ["QueryResult", "spark_query"]
 
@@ -42,15 +42,17 @@ def spark_query(
     *,
     master: str = DEFAULT_MASTER,
     prune: bool = True,
+    spark_log: str = DEFAULT_LOG,
 ) -> QueryResult:
     """``flt``'s matches in ``archive``, in time order, computed by Spark. ``prune=False``
-    reads every file of the class with Spark's Parquet filter pushdown off: a full scan."""
+    reads every file of the class with Spark's Parquet filter pushdown off: a full scan.
+    ``spark_log``: the least severe of Spark's log lines shown."""
     started = time.perf_counter()
     plan = archive.plan(flt)
     files = plan.read if prune else archive.files(flt.class_name)
     if not files:
         return QueryResult([], 0, plan.of, 0, time.perf_counter() - started)
-    spark = session(master)
+    spark = session(master, log=spark_log)
     spark.conf.set("spark.sql.parquet.filterPushdown", str(prune).lower())
     frame = _frame(spark, archive.paths(files))
     # Times leave Spark as microseconds: PySpark would turn them into naive local times.

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import random
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -27,7 +31,7 @@ from padres.model.codec import decode, encode
 from padres.model.messages import Filter, Publication, Subscription
 from rete.operators import Value
 from spark.archive import Archive
-from spark.errors import InputError, JavaMissing
+from spark.errors import AlreadyLoaded, ArchiveError, InputError, JavaMissing, UnknownLoad
 from spark.expression import expression
 from spark.inputs import Bad, Format, Parsed, Period, Reading, parse_piece, pieces
 from spark.load import load
@@ -62,6 +66,9 @@ def _pubs(rng: random.Random, count: int, first: int) -> list[Publication]:
         at = BASE + timedelta(hours=rng.randint(0, 24 * 60), microseconds=rng.randint(0, 9))
         out.append(Publication(f"p{i}", attrs, at, rng.choice(["x", "y"])))
     return out
+
+
+READ = Reading(Format.JSON)
 
 
 def _write(path: Path, pubs: list[Publication]) -> str:
@@ -262,9 +269,135 @@ def test_the_command_line_answers_a_query_and_names_a_missing_input(
     got = [decode(line) for line in out.out.splitlines()]
     assert _ordered(got) == _reference(parse_filter(text), pubs)  # type: ignore[arg-type]
     assert f"{len(got)} matches; read " in out.err
+    assert main([*args[:-2], "--count"]) == 0  # small: read with pyarrow unless told otherwise
+    assert capsys.readouterr().err.endswith(" files with pyarrow\n")
     missing = str(tmp_path / "nowhere.txt")
     assert main(["archive", "load", missing, "--archive", str(tmp_path / "new")]) == 1
     assert f"padres archive: input {missing} does not exist" in capsys.readouterr().err
+
+
+def _rows(archive: Archive) -> int:
+    return sum(f.rows for f in archive.files())
+
+
+def test_a_second_load_is_refused_naming_the_first_unless_it_replaces_it(tmp_path: Path) -> None:
+    """The same input again is refused before Spark starts (by its content); other inputs
+    holding publications the archive has (by publisher and id) after they are parsed; with
+    ``replace`` the new load takes the earlier one's place, whole."""
+    root = tmp_path / "archive"
+    pubs = _pubs(random.Random(11), 40, 0)
+    first = load([_write(tmp_path / "in.jsonl", pubs)], root, READ)
+    archive = Archive(root)
+    try:
+        with pytest.raises(
+            AlreadyLoaded, match=r"holds this input already: .*in\.jsonl, by load"
+        ) as e:
+            load([str(tmp_path / "in.jsonl")], root, READ)
+        assert e.value.loads == (first.load,) and first.load in str(e.value)
+        again = [*pubs[30:], *_pubs(random.Random(12), 5, 100)]  # 10 of the first load's
+        with pytest.raises(AlreadyLoaded, match=r"holds 10 of these publications already") as e:
+            load([_write(tmp_path / "again.jsonl", again)], root, READ)
+        assert (e.value.loads, e.value.publications) == ((first.load,), 10)
+        assert _rows(archive) == 40 and {r.load for r in archive.loads()} == {first.load}
+        (record,) = archive.loads()
+        assert (record.rows, record.files) == (40, first.files)
+        (given,) = record.inputs
+        data = (tmp_path / "in.jsonl").read_bytes()
+        assert (given.path, given.size) == (str(tmp_path / "in.jsonl"), len(data))
+        assert given.sha256 == hashlib.sha256(data).hexdigest()
+        old = _files_on_disk(root)
+
+        second = load([str(tmp_path / "again.jsonl")], root, READ, replace=True)
+        assert [r.load for r in second.replaced] == [first.load]
+        assert [r.load for r in archive.loads()] == [second.load]
+        assert _rows(archive) == 15 and not old & _files_on_disk(root)
+        flt = parse_filter("[class,eq,'C'],[time,<,'2002-01-01']")
+        assert _ordered(archive.query(flt)) == _reference(flt, again)
+    finally:
+        archive.close()
+
+
+def test_a_removed_load_is_gone_from_queries_the_catalog_and_the_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "archive"
+    kept, gone = _pubs(random.Random(13), 30, 0), _pubs(random.Random(14), 30, 30)
+    load([_write(tmp_path / "kept.jsonl", kept)], root, READ)
+    removed = load([_write(tmp_path / "gone.jsonl", gone)], root, READ)
+    flt = parse_filter("[class,eq,'D'],[time,<,'2002-01-01']")
+    archive = Archive(root)
+    try:
+        assert _ordered(archive.query(flt)) == _reference(flt, kept + gone)
+        on_disk = _files_on_disk(root)
+        assert main(["archive", "remove", removed.load, "--archive", str(root)]) == 0
+        assert capsys.readouterr().out == (
+            f"removed load {removed.load}: 30 rows in {removed.files} files\n"
+        )
+        assert _ordered(archive.query(flt)) == _reference(flt, kept)
+        assert removed.load not in {r.load for r in archive.loads()} and _rows(archive) == 30
+        assert on_disk - _files_on_disk(root) == {
+            p for p in on_disk if p.name.startswith(removed.load)
+        }
+        assert main(["archive", "remove", removed.load, "--archive", str(root)]) == 1
+        assert f"holds no load {removed.load} " in capsys.readouterr().err
+        with pytest.raises(UnknownLoad, match="holds no load 'nope'"):
+            archive.remove("nope")
+    finally:
+        archive.close()
+
+
+def test_a_load_tells_its_rows_and_rate_as_it_goes_unless_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "archive"
+    pubs = _pubs(random.Random(15), 300, 0)
+    said: list[str] = []
+    # Pieces of 2 KiB: many tasks, each adding its rows to the count the lines show.
+    load(
+        [_write(tmp_path / "a.jsonl", pubs)],
+        root,
+        READ,
+        progress=said.append,
+        piece_bytes=2048,
+        every=0.05,
+    )
+    going = [line for line in said if re.fullmatch(r"parsed [\d,]+ rows \([\d,]+ per s\)", line)]
+    assert going, said
+    assert re.fullmatch(
+        r"parsed 300 publications of 2 class\(es\) in [\d.]+ s \([\d,]+ per s\)",
+        said[said.index(going[-1]) + 1],
+    )
+    args = ["archive", "load", _write(tmp_path / "b.jsonl", _pubs(random.Random(16), 20, 300))]
+    assert main([*args, "--archive", str(root), "--format", "json", "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and out.out.startswith("loaded 20 publications")
+
+
+def test_a_plain_load_shows_progress_and_no_spark_warnings(tmp_path: Path) -> None:
+    """In a process of its own, so that Spark starts as an operator's load starts it."""
+    from spark.session import log4j2
+
+    pubs = [
+        Publication(f"q{i}", {"class": "C", "n": i}, BASE + timedelta(hours=i), "x")
+        for i in range(20)
+    ]
+    source = _write(tmp_path / "in.jsonl", pubs)  # one class, one period: the fewest jobs
+    command = [sys.executable, "-m", "padres.cli", "archive", "load", source, "--format", "json"]
+    done = subprocess.run(
+        [*command, "--archive", str(tmp_path / "archive"), "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("load ") and lines[-1].startswith("catalogued ")
+    assert any(line.startswith("parsed 20 publications of 1 class(es) in ") for line in lines)
+    assert not [line for line in lines if "WARN" in line or "Stage" in line], done.stderr
+    assert "threshold.level = warn" in log4j2("warn")
+    with pytest.raises(ArchiveError, match="Spark log level 'loud': one of off, error, warn"):
+        log4j2("loud")
 
 
 async def _past_and_live(broker: str, url: str, root: Path) -> tuple[list[str], list[str], Any]:
@@ -345,9 +478,6 @@ async def test_a_hybrid_subscription_gets_moved_history_once_in_time_order(
     assert past == [f"o{i}" for i in range(0, 20, 2)]
     assert live == ["o20"]
     assert len(done.databases) == 2 and not done.failed
-
-
-READ = Reading(Format.JSON)
 
 
 async def _asked(broker: str, root: Path, loads: list[list[Publication]]) -> list[list[str]]:
