@@ -59,7 +59,8 @@ class AlphaNetwork:
             cluster = self.clusters[key] = Cluster(key, small=self.small_cluster)
             if key is not None:
                 self._keyed_values[key[0]] += 1
-        entry = Entry(target, is_part, frozenset(required), key)
+        # The cluster's own key: one tuple for all its entries, not one per condition.
+        entry = Entry(target, is_part, frozenset(required), cluster.key)
         cluster.insert(entry, rest)
         self._entries += 1
         return entry

@@ -150,9 +150,10 @@ class NumericIndex:
         if column is None:
             column = self.columns[attribute] = len(self.columns)
             if column == self.bounds.shape[0]:
-                # Room for columns doubles (rows past the last column are unused), so that a
-                # condition on many new attributes costs a copy per doubling, not per column.
-                extra = max(1, column)
+                # Room for columns grows by a quarter (rows past the last column are unused):
+                # a condition on many new attributes costs a copy per growth, not per column,
+                # and at most a quarter of the room, every slot's, goes unused.
+                extra = max(1, column // 4)
                 self.ends = np.vstack(
                     [self.ends, np.full((2 * extra, self.ends.shape[1]), -np.inf)]
                 )
