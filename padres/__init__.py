@@ -63,7 +63,7 @@ from padres.model.messages import (
     VarType,
 )
 from padres.model.printer import format_batch_line, format_message
-from padres.model.protocol import Outcome, TxNotify, Visibility
+from padres.model.protocol import Lost, Outcome, TxNotify, Visibility
 from padres.security.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
@@ -96,6 +96,7 @@ __all__ = [
     "HistoryGrant",
     "InvalidMessage",
     "JournalError",
+    "Lost",
     "MatchResult",
     "Matcher",
     "Message",

@@ -50,6 +50,7 @@ from padres.broker.guard import Guard, admin_refusal
 from padres.broker.history import History
 from padres.broker.journal import Journal
 from padres.broker.links import Links
+from padres.broker.losses import Losses, Tally
 from padres.broker.memory_journal import MemoryJournal
 from padres.broker.publishing import Publishing
 from padres.broker.releases import Releases
@@ -95,6 +96,7 @@ from padres.model.protocol import (
     Role,
     RouteAdvertise,
     RouteCongestion,
+    RouteLoss,
     RoutePublish,
     RouteRelease,
     RouteSchema,
@@ -190,6 +192,8 @@ class Broker:
         self.releases = Releases(self.id, self.durables, self._peers, self._new_id)
         self.congestion = Congestion(self.id, self._epoch, self._peers)
         """Which brokers of the overlay have a congested link (the runtime says of this one)."""
+        self.losses = Losses(self.id, self.trees, self._peers, self._sessions)
+        """Reports of plain publications dropped on links, on their way to their publishers."""
         self.dead_letters = DeadLetterQueues(self.journal, self.durables, self._sessions, self.id)
         self.subscribing = Subscribing(
             self.routes,
@@ -358,6 +362,11 @@ class Broker:
         self.transactions.resume(session, self._now)  # back within the linger
         return [(hop, Welcome(self.id, name))]
 
+    def lost(self, neighbour: str, tally: Tally, reason: str) -> list[Out]:
+        """The runtime's link to broker ``neighbour`` ended for ``reason`` with the plain
+        publications of ``tally`` unsent: their publishers are told (``losses``)."""
+        return self.losses.report(neighbour, tally, reason)
+
     def tick(self, now: float) -> list[Out]:
         """Time passes with no message: requests that waited too long end, and durable
         subscriptions ask again for what they may have missed, or expire if their client has
@@ -478,6 +487,8 @@ class Broker:
                 return self.releases.arrive(message, hop)
             case RouteCongestion():
                 return self.congestion.arrive(message, hop, self._now)
+            case RouteLoss():
+                return self.losses.arrive(message, hop)
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():

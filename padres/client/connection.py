@@ -15,8 +15,9 @@ reached every broker and the subscriptions overlapping it are back at this clien
 ``subscribe`` once the subscription has reached the broker of every overlapping advertisement:
 what is published afterwards finds its way (a link lost on the way is logged as a warning).
 Publishing does not wait; a refused publication (one matching none of the client's
-advertisements, say) reaches ``on_error``. A lost
-connection fails pending requests with ``ConnectionLost`` and ends every subscription's
+advertisements, say) reaches ``on_error``, and plain publications a broker dropped on a link
+that failed (``Lost``) reach ``on_lost`` (a warning by default) and are counted in ``lost``. A
+lost connection fails pending requests with ``ConnectionLost`` and ends every subscription's
 iterator, unless the client was made with ``reconnect=True``: then it dials again and makes its
 advertisements and subscriptions again, and the subscriptions go on (what was published while
 it was away is not replayed, except to a historic or hybrid subscription, which asks for the
@@ -107,6 +108,7 @@ from padres.model.protocol import (
     Exceptions,
     Failed,
     Guaranteed,
+    Lost,
     Notify,
     Ok,
     Query,
@@ -395,6 +397,7 @@ class Client:
         name: str = "client",
         *,
         on_error: Callable[[Error], Any] | None = None,
+        on_lost: Callable[[Lost], Any] | None = None,
         timeout: float = 10.0,
         reconnect: bool = False,
         on_replay: Callable[[ReplayRequest], Any] | None = None,
@@ -407,7 +410,12 @@ class Client:
         max_pending_bytes: int = MAX_PENDING_BYTES,
         transport: Dialler | None = None,
     ) -> None:
-        """``user`` and ``password``, or ``token``: the credentials a broker with accounts
+        """``on_error``: called with each ``error`` the broker sends that no request waits
+        for (a refused publication, say); a warning is logged if None. ``on_lost``: called
+        with each ``Lost`` report, plain publications of this client's that a broker dropped
+        when its link to another ended (``docs/guarantees.md``); a warning is logged if None,
+        and ``lost`` counts them either way.
+        ``user`` and ``password``, or ``token``: the credentials a broker with accounts
         wants (``docs/security.md``); a refused hello raises ``AuthenticationError``.
         ``reconnect``: when the connection is lost, dial again (backing off from 0.1 s to
         5 s) and re-make every advertisement and subscription; subscriptions go on, durable
@@ -442,6 +450,9 @@ class Client:
         self.session = ""
         self.broker = ""
         self.on_error = on_error or (lambda e: log.warning("broker refused %s: %s", e.ref, e.text))
+        self.on_lost = on_lost or self._warn_lost
+        self.lost = 0
+        """Publications of this client's the brokers have reported lost (``on_lost``)."""
         self._transport: Transport | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[Envelope]] = {}
@@ -1161,10 +1172,31 @@ class Client:
                     self._welcome.set_exception(AuthenticationError(item.text))
                 else:
                     self.on_error(item)
+            case Lost():
+                self.lost += item.count
+                try:
+                    self.on_lost(item)
+                except Exception:
+                    log.exception("%s: on_lost failed", self.name)
             case Rejected():
                 log.warning("undecodable message from the broker: %s", item.error)
             case _:
                 log.debug("ignored %s from the broker", type(item).__name__)
+
+    def _warn_lost(self, lost: Lost) -> None:
+        """What ``on_lost`` does unless told otherwise."""
+        if lost.count == 1:
+            what = f"1 publication ({lost.first}) was"
+        else:
+            what = f"{lost.count:,} publications ({lost.first}..{lost.last}) were"
+        log.warning(
+            "%s: %s dropped at %s on its link to %s: %s",
+            self.name,
+            what,
+            lost.broker,
+            lost.neighbour,
+            lost.reason,
+        )
 
     def _tx_ended(self, ended: TxEnded) -> None:
         """A transaction's end from the broker: the answer to a request, or news (the broker

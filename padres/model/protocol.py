@@ -46,6 +46,7 @@ __all__ = [
     "ENVELOPES",
     "MAX_FRAME_BYTES",
     "MAX_FRAME_MESSAGES",
+    "MAX_REASON",
     "Ack",
     "CompositeNotify",
     "DeclareSchema",
@@ -61,6 +62,7 @@ __all__ = [
     "Failed",
     "Guaranteed",
     "Hello",
+    "Lost",
     "Notify",
     "Ok",
     "Outcome",
@@ -79,6 +81,7 @@ __all__ = [
     "Role",
     "RouteAdvertise",
     "RouteCongestion",
+    "RouteLoss",
     "RoutePublish",
     "RouteRelease",
     "RouteSchema",
@@ -669,6 +672,44 @@ class RouteCongestion(WireMessage, frozen=True, tag="route_congestion"):
     congested: bool
 
 
+MAX_REASON: Final = 1000
+"""Characters of the reason a loss report gives, at most."""
+
+
+class _Loss(WireMessage, frozen=True):
+    """What ``RouteLoss`` and ``Lost`` say: broker ``broker`` dropped ``count`` plain
+    publications of ``publisher`` sent down tree ``tree``, from ``first`` to ``last`` (their
+    ids, in the order they were queued), when its link to broker ``neighbour`` ended for
+    ``reason``."""
+
+    tree: str
+    publisher: str
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
+    first: str
+    last: str
+    broker: str
+    neighbour: str
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
+
+    def __post_init__(self) -> None:
+        check_id(self.tree, "tree id")
+        check_id(self.publisher, "publisher id")
+        check_id(self.first, "publication id")
+        check_id(self.last, "publication id")
+        check_id(self.broker, "broker id")
+        check_id(self.neighbour, "broker id")
+
+
+class RouteLoss(_Loss, frozen=True, tag="route_loss"):
+    """Plain publications a link dropped (see ``_Loss``), on their way up ``tree``: each
+    broker passes it to its parent there, and the root, the publisher's broker, tells the
+    publisher with ``Lost`` (``padres.broker.losses``)."""
+
+
+class Lost(_Loss, frozen=True, tag="lost"):
+    """To a publisher: plain publications of its own were dropped on a link (see ``_Loss``)."""
+
+
 class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
     """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
     version, or merges versions declared apart (see ``padres.broker.schemas``)."""
@@ -715,6 +756,8 @@ Envelope: TypeAlias = (
     | RouteSchema
     | RouteRelease
     | RouteCongestion
+    | RouteLoss
+    | Lost
     | Subscribe
     | TxBegin
     | TxPublish

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from padres.broker.losses import Tally
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import SendQueue
 
@@ -64,6 +65,9 @@ class Connection:
     """When a frame last came from it (``time.monotonic()``)."""
     opened: float = field(default_factory=time.monotonic)
     """When it came (``time.monotonic()``)."""
+    refused: Tally = field(default_factory=Tally)
+    """The plain publications its link queue refused once it was giving up, summarised as
+    they came (the node tells their publishers when it hangs up)."""
 
     @property
     def link(self) -> bool:

@@ -15,7 +15,9 @@ has an outgoing queue bounded in bytes (``SendQueue``). A client that reads too 
 does not fit, is told, and is evicted if it does not catch up; a link to a neighbour never
 loses anything: while a link queue is long, the node stops reading from its clients, so TCP
 slows the publishers down, and a link queue that overflows all the same is closed and
-resynchronised.
+resynchronised. A link that ends with messages unsent (it overflowed, a write failed, the
+neighbour stopped answering or died) loses them; the publishers of the plain publications
+among them are told (``_report_unsent``, ``Broker.lost``).
 
 Liveness: both sides of every connection ping every ``heartbeat`` seconds, and a peer is
 dropped once nothing at all (a pong or any other frame) has come from it for twice that while
@@ -57,6 +59,7 @@ from padres.model.protocol import (
     Hello,
     Query,
     Rejected,
+    RoutePublish,
     decode_frame,
     websocket_url,
 )
@@ -67,6 +70,7 @@ from padres.runtime.pump import Handled, Pump
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import QueueStatistics, SendQueue, combined, encode
 from padres.runtime.strangers import PER_ADDRESS, Strangers
+from padres.runtime.unsent import summarise
 from padres.security.tls import ServerTLS, client_context, secure
 
 __all__ = ["EXTENSIONS", "BrokerNode", "Handled", "Limits", "Observer"]
@@ -535,12 +539,38 @@ class BrokerNode:
     async def _hang_up(self, hop: str) -> None:
         self.strangers.leave(hop)
         connection = self._connections.pop(hop, None)
+        neighbour = self.broker.peers.get(hop)
         self._dispatch(self.broker.close(hop))
         if connection is not None:
+            if connection.link and neighbour is not None:
+                self._report_unsent(connection, neighbour)
             connection.move(Phase.CLOSED)
             gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
             self._departed = combined([self._departed, gone])
             await connection.queue.close()
+
+    def _report_unsent(self, connection: Connection, neighbour: str) -> None:
+        """The link to ``neighbour`` is over: the publishers of the plain publications it did
+        not send (what its queue gave up or still held, then what it refused meanwhile) are
+        told, once a task has read them (``padres.runtime.unsent``) between other work."""
+        box, hop = connection.queue, connection.hop
+        unsent, refused = box.unsent(), connection.refused
+        if not unsent and not refused.total:
+            return
+        reason = box.reason if box.failing else "the link was lost"
+
+        async def report() -> None:
+            try:
+                tally = await summarise(unsent)
+                tally.extend(refused)
+                if tally.total:
+                    self._dispatch(self.broker.lost(neighbour, tally, reason))
+            except Exception:  # a report is news: nothing else depends on it
+                log.exception("%s: failed to report what %s did not send", self.broker.id, hop)
+
+        task = asyncio.get_running_loop().create_task(report())
+        self._leaving.add(task)
+        task.add_done_callback(self._leaving.discard)
 
     def _evict_laggards(self) -> None:
         """Clients that have stayed over their queue limit too long are disconnected."""
@@ -844,8 +874,13 @@ class BrokerNode:
             data = encoded.get(id(message))
             if data is None:
                 data = encoded[id(message)] = encode(message)
-            if not box.put(data) and box.droppable and box.dropped == 1:
+            if box.put(data):
+                continue
+            if box.droppable and box.dropped == 1:
                 log.warning("%s: %s is too slow: dropping what it cannot take", self.broker.id, hop)
+            elif not box.droppable and isinstance(message, RoutePublish) and not message.position:
+                pub = message.publication  # a plain one, lost with the link: its publisher is told
+                connection.refused.add(message.tree, pub.publisher, pub.id)
         self._check_flow()
 
 

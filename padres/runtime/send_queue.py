@@ -11,7 +11,9 @@ Two kinds of queue, with a byte limit each:
   has lasted, so that a client that never catches up can be evicted (``fail``). An episode
   ends when the queue has drained below half its limit.
 - a **link** queue (to a neighbour broker) never thins: when it overflows, the connection is
-  closed (``fail``), and the link is established again with a full resynchronisation.
+  closed (``fail``), and the link is established again with a full resynchronisation. What it
+  gives up unsent is kept for the node (``unsent``), which tells the publishers of the plain
+  publications among it (``padres.runtime.unsent``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class SendQueue:
         self._close = close
         self._on_sent: Callable[[], None] | None = None
         self._queue: deque[bytes] = deque()
+        self._unsent: deque[bytes] = deque()
+        """What a link queue discarded, until the node takes it (``unsent``)."""
         self._wake = asyncio.Event()
         self._notice_due = False
         self.limit = limit
@@ -129,11 +133,22 @@ class SendQueue:
         )
 
     def discard(self) -> None:
-        """Drop everything queued (it is counted as dropped)."""
+        """Drop everything queued (it is counted as dropped); a link queue keeps it for
+        ``unsent``."""
         self.dropped += len(self._queue)
         self.dropped_bytes += sum(len(data) for data in self._queue)
+        if not self.droppable:
+            self._unsent.extend(self._queue)
         self._queue.clear()
         self.size = 0
+
+    def unsent(self) -> deque[bytes]:
+        """What a link queue was given and did not send, in order, for a node hanging up its
+        connection: what it discarded when it gave up, then what it still holds (dropped
+        now, and counted). The queue forgets them."""
+        self.discard()
+        unsent, self._unsent = self._unsent, deque()
+        return unsent
 
     def fail(self, code: int, reason: str, last_words: Envelope | None = None) -> None:
         """Give up on the connection: what is queued is dropped (and counted), then

@@ -23,6 +23,7 @@ from typing import Final
 
 from padres.broker import Broker, BrokerConfig, Covering, Out
 from padres.broker.journal import Journal
+from padres.broker.losses import Tally
 from padres.broker.memory_journal import MemoryJournal
 from padres.model.codec import encode
 from padres.model.messages import Publication
@@ -178,6 +179,11 @@ class Simulation:
                 self._queues[key].clear()
         self._emit(a, self.brokers[a].close(b))
         self._emit(b, self.brokers[b].close(a))
+
+    def lose(self, broker: str, neighbour: str, tally: Tally, reason: str) -> None:
+        """``broker`` dropped the plain publications of ``tally`` on its link to ``neighbour``,
+        which ended for ``reason``: it reports them, as a node does (``Broker.lost``)."""
+        self._emit(broker, self.brokers[broker].lost(neighbour, tally, reason))
 
     def attach(self, name: str, broker: str, credentials: Credentials | None = None) -> SimClient:
         client = self.clients[name] = SimClient(name, broker)
