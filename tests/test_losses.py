@@ -405,6 +405,40 @@ async def test_a_publisher_is_told_what_a_link_queue_overflowing_dropped(
         await proxy.cut()
 
 
+async def test_a_broker_drops_a_neighbour_it_dialled_that_stopped_reading(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """B dials C through a proxy and pings every second. The proxy stalls while the publisher
+    at A sends 600 publications of 16 KB: B's socket to it fills, so B's ping cannot even be
+    written. B still drops the link once C has been silent for two seconds (it once waited on
+    that ping for ever), and tells the publisher what it held."""
+    url = {"C": _start(brokers, "C")}
+    proxy = Proxy(brokers["C"].port, buffers=1 << 16)
+    options = ("--heartbeat", "1", "--pause-at", "48")
+    url["B"] = _start(brokers, "B", *options, neighbours=(await proxy.start(),))
+    url["A"] = _start(brokers, "A", neighbours=(url["B"],))
+    reports: list[Lost] = []
+    try:
+        await eventually(lambda: health(url["B"])["neighbours"] == ["A", "C"])
+        async with Client(url["A"], "shop", on_lost=reports.append) as shop:
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0],[pad,isPresent,'']")
+            async with Client(url["C"], "manager", timeout=30) as manager:
+                await manager.subscribe("[class,eq,'T']", Numbers())
+                proxy.stall()
+                stalled = time.monotonic()
+                try:
+                    await _publish(shop, 0, 600)
+                    await eventually(lambda: "C" not in health(url["B"])["neighbours"], 20)
+                    dropped_after = time.monotonic() - stalled
+                    await eventually(lambda: shop.lost > 0)
+                finally:
+                    proxy.resume()
+        assert dropped_after < 10, dropped_after
+        assert {r.reason for r in reports} == {"keepalive ping timeout"}
+    finally:
+        await proxy.cut()
+
+
 def _start(
     brokers: dict[str, BrokerProcess], name: str, *options: str, neighbours: tuple[str, ...] = ()
 ) -> str:

@@ -679,18 +679,24 @@ class BrokerNode:
         other frame has come for twice that."""
         timeout = 2 * self.heartbeat
         connection = self._connections[hop]
-        pong: asyncio.Future[float] | None = None
+        ping: asyncio.Future[None] | None = None
         pinged = 0.0
-        with contextlib.suppress(ConnectionClosed):  # the link is going anyway
+        try:
             while True:
                 await asyncio.sleep(self.heartbeat)
                 now = time.monotonic()
-                if pong is None or pong.done():
-                    pong, pinged = asyncio.ensure_future(await ws.ping()), now
+                if ping is None or ping.done():
+                    ping, pinged = asyncio.ensure_future(_pinged(ws)), now
                 elif now - max(pinged, connection.heard) >= timeout:
                     log.warning("%s: %s stopped answering", self.broker.id, hop)
-                    await ws.close(1011, "keepalive ping timeout")
+                    # Not ws.close(): its close frame would wait behind a full write buffer,
+                    # as the ping does, for a peer that reads nothing.
+                    connection.queue.fail(1011, "keepalive ping timeout")
+                    ws.transport.abort()
                     return
+        finally:
+            if ping is not None:
+                ping.cancel()
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -882,6 +888,13 @@ class BrokerNode:
                 pub = message.publication  # a plain one, lost with the link: its publisher is told
                 connection.refused.add(message.tree, pub.publisher, pub.id)
         self._check_flow()
+
+
+async def _pinged(ws: ClientConnection) -> None:
+    """Ping ``ws`` and wait for the pong; the ping's write itself waits while the socket's
+    buffer is full (a peer reading nothing), so this runs beside the keepalive's clock."""
+    with contextlib.suppress(ConnectionClosed):  # the link is going anyway
+        await (await ws.ping())
 
 
 async def _nothing_to_close(code: int, reason: str) -> None:
