@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from padres.client.connection import Client, Delivery
+from padres.errors import ConnectionLost
 from padres.model.messages import Publication
 from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess, DatabaseProcess
@@ -271,6 +272,66 @@ async def test_a_hybrid_subscription_gets_what_a_killed_broker_on_its_path_kept_
                 raise AssertionError(f"{len(missing)} missing: {missing[:20]}...") from None
             await asyncio.sleep(1.0)  # anything sent twice would have come by now
             assert got == list(range(total))  # each once, in order
+    finally:
+        for proc in (db, c, b, a):
+            proc.stop()
+
+
+async def test_a_hybrid_subscription_loses_nothing_stored_when_the_publishers_broker_dies(
+    tmp_path: Path,
+) -> None:
+    """A chain A-B-C: the shop at A (listing B as well), the database at B, the hybrid
+    subscriber at C. A is killed while orders flow: the shop fails over to B and advertises
+    again (a new tree). What A held when it died is lost to everyone; of the rest, the
+    subscriber gets exactly what the database stored, each once."""
+    a = BrokerProcess("A", options=["--heartbeat", "1"])
+    url_a = a.start()
+    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
+    url_b = b.start()
+    c = BrokerProcess("C", neighbours=[url_b], options=["--heartbeat", "1"])
+    url_c = c.start()
+    db = DatabaseProcess("D", url_b, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
+    db.start()
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    try:
+        async with (
+            Client([url_a, url_b], "shop", reconnect=True, timeout=30) as shop,
+            Client(url_c, "manager") as manager,
+        ):
+            await _offers_reach(manager, 1)
+            await shop.advertise(ORDERS)
+            await asyncio.sleep(0.5)  # the database's subscription reaches A
+            got: list[int] = []
+
+            def take(delivery: Delivery) -> None:
+                assert isinstance(delivery, Notify)
+                got.append(int(delivery.publication.attributes["n"]))
+
+            window = f"[time,>=,'{start.isoformat()}']"
+            hybrid = await manager.subscribe(f"{ORDERS},{window}", take)
+            await hybrid.replayed(timeout=20)
+            total = 500
+            n = 0
+            while n < total:
+                if n == 200 and a.alive:
+                    a.kill()
+                try:
+                    await shop.publish(_order(n))
+                except ConnectionLost:
+                    await asyncio.sleep(0.1)  # failing over: this order again
+                    continue
+                n += 1
+                await asyncio.sleep(0.005)
+            assert shop.broker == "B"
+            await asyncio.sleep(1.0)  # what was published has reached the database
+            ended = datetime.now(UTC).isoformat()
+            past = await manager.subscribe(f"{ORDERS},{window},[time,<,'{ended}']")
+            stored = sorted([int(d.publication.attributes["n"]) async for d in past])  # type: ignore[union-attr]
+            assert len(stored) > total - 100
+            await eventually(lambda: set(stored) <= set(got), 30)
+            await asyncio.sleep(1.0)  # anything sent twice would have come by now
+            assert len(got) == len(set(got))  # nothing twice
+            assert set(stored) <= set(got)  # nothing the database stored is missing
     finally:
         for proc in (db, c, b, a):
             proc.stop()
