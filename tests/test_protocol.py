@@ -32,6 +32,7 @@ from padres.model.protocol import (
     ExceptionReport,
     Exceptions,
     Failed,
+    GoingAway,
     Guaranteed,
     Hello,
     Lost,
@@ -153,6 +154,7 @@ MESSAGES: list[Envelope] = [
         Schema(class_name="Order", version=2, attributes=parse_attributes("x:float")), "e9"
     ),
     RouteSchema(Schema(class_name="Order", version=3, attributes={}, dropped=True)),
+    GoingAway("B1", "the broker is shutting down"),
 ]
 
 

@@ -78,6 +78,14 @@ def register(commands: Any) -> None:
         f"until every link queue is under half of it (default {defaults.pause_at / MIB:g})",
     )
     p.add_argument(
+        "--drain-within",
+        type=positive(float),
+        default=defaults.drain_within,
+        metavar="SECONDS",
+        help="seconds a broker told to stop (SIGTERM) gives its clients to move elsewhere and "
+        f"its queues to empty before it closes what is left (default {defaults.drain_within:g})",
+    )
+    p.add_argument(
         "--data",
         metavar="DIR",
         help="keep the journal (guaranteed publications, durable subscriptions) in "
@@ -209,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         frame_messages=args.max_frame_messages,
         refusals_per_second=args.max_refusals,
         refusals_burst=int(10 * args.max_refusals),
+        drain_within=args.drain_within,
     )
     tls = _tls(args)
     node = BrokerNode(

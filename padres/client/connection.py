@@ -107,6 +107,7 @@ from padres.model.protocol import (
     ExceptionReport,
     Exceptions,
     Failed,
+    GoingAway,
     Guaranteed,
     Lost,
     Notify,
@@ -464,6 +465,8 @@ class Client:
         self._made: dict[tuple[str, str], Envelope] = {}
         """What to make again after reconnecting: ("a" or "s", id) -> the request."""
         self._recovery: asyncio.Task[None] | None = None
+        self._leaving: asyncio.Task[None] | None = None
+        """Closing this side of a connection whose broker is going away."""
         self.on_replay = on_replay
         self.max_unacked = max_unacked
         self._instance = os.urandom(8).hex()
@@ -1146,6 +1149,8 @@ class Client:
                     handle._deliver(item, size)
             case ReplayDone():
                 self._replay_done(item)
+            case GoingAway():
+                self._going_away(item)
             case Retry():
                 self._retry(item, size)
             case ExceptionReport():
@@ -1197,6 +1202,29 @@ class Client:
             lost.neighbour,
             lost.reason,
         )
+
+    def _going_away(self, notice: GoingAway) -> None:
+        """The broker is shutting down: this side acknowledges what it processed and closes
+        (the broker handles what was sent before); a client that reconnects goes on at
+        another broker, as after any lost connection."""
+        transport = self._transport
+        if transport is None or self.state is not ClientState.OPEN or self._leaving is not None:
+            return
+        then = "moving to another broker" if self.reconnect else "closing"
+        log.warning(
+            "%s: broker %s is going away (%s): %s", self.name, notice.broker, notice.reason, then
+        )
+        self._leaving = asyncio.get_running_loop().create_task(self._leave(transport))
+
+    async def _leave(self, transport: Transport) -> None:
+        try:
+            acks = self._due_acks()
+            if acks:
+                with contextlib.suppress(Exception):  # gone already: they come again, once
+                    await transport.send(encode_frame(acks))
+            await transport.close()
+        finally:
+            self._leaving = None
 
     def _tx_ended(self, ended: TxEnded) -> None:
         """A transaction's end from the broker: the answer to a request, or news (the broker

@@ -60,6 +60,7 @@ __all__ = [
     "ExceptionReport",
     "Exceptions",
     "Failed",
+    "GoingAway",
     "Guaranteed",
     "Hello",
     "Lost",
@@ -710,6 +711,18 @@ class Lost(_Loss, frozen=True, tag="lost"):
     """To a publisher: plain publications of its own were dropped on a link (see ``_Loss``)."""
 
 
+class GoingAway(WireMessage, frozen=True, tag="going_away"):
+    """To a client: broker ``broker`` is shutting down (``reason``). The client sends no more
+    and closes its connection; what it sent before is still read and handled. A client that
+    knows other brokers of the overlay goes on at one of them."""
+
+    broker: str
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
+
+    def __post_init__(self) -> None:
+        check_id(self.broker, "broker id")
+
+
 class RouteSchema(WireMessage, frozen=True, tag="route_schema"):
     """A class's schema (or its tombstone), flooded to every broker; each keeps the latest
     version, or merges versions declared apart (see ``padres.broker.schemas``)."""
@@ -758,6 +771,7 @@ Envelope: TypeAlias = (
     | RouteCongestion
     | RouteLoss
     | Lost
+    | GoingAway
     | Subscribe
     | TxBegin
     | TxPublish

@@ -34,10 +34,11 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from itertools import count
@@ -56,6 +57,7 @@ from padres.model.protocol import (
     MAX_FRAME_MESSAGES,
     Envelope,
     Error,
+    GoingAway,
     Hello,
     Query,
     Rejected,
@@ -149,6 +151,9 @@ class Limits:
     strangers: int | None = None
     """Such connections in all, at most (None: ``strangers.default_total()``, a quarter of
     the file descriptors the process may open, 4,096 at most)."""
+    drain_within: float = 10.0
+    """Seconds a broker told to stop (SIGTERM) waits for its clients to leave and its queues
+    to empty before it closes what is left."""
 
 
 class _Keepalive(WebSocketsSansIOProtocol):
@@ -226,6 +231,10 @@ class BrokerNode:
         """Where the node serves, once it does: host and port."""
         self.serving = False
         """Whether ``serve`` runs and has started: clients may connect."""
+        self.draining = False
+        """Whether the node was told to stop and is draining (``drain``)."""
+        self._links: dict[str, str] = {}
+        """The neighbours this node dials: URL -> the hop of its latest link."""
         self.failure: JournalError | None = None
         """Why the node stopped serving on its own: its journal failed (``_dispatch``)."""
         self.observers: list[Observer] = []
@@ -247,6 +256,9 @@ class BrokerNode:
             await self._accept(scope, receive, send)
         elif scope["type"] == "http" and path == "/health":
             await _respond(send, 200, msgspec.json.encode(self.health()))
+        elif scope["type"] == "http" and path == "/ready":
+            readiness = self.readiness()
+            await _respond(send, 200 if readiness["ready"] else 503, msgspec.json.encode(readiness))
         elif self._mounted is not None:
             await self._mounted(scope, receive, send)
         elif scope["type"] == "http":
@@ -282,6 +294,25 @@ class BrokerNode:
         if self.broker.guard is not None:
             return {"broker": self.broker.id, "uptime": round(time.time() - self.started, 3)}
         return self.status()
+
+    def readiness(self) -> dict[str, Any]:
+        """Whether the broker is ready for clients: it listens, its journal works, it is not
+        shutting down, and it is linked to every neighbour it was told to dial (those it is
+        not are ``missing``; a broker with accounts says only whether it is ready)."""
+        missing = sorted(
+            url for url in self.neighbours if self._links.get(url) not in self.broker.peers
+        )
+        ready = self.serving and not self.draining and self.failure is None and not missing
+        if self.broker.guard is not None:
+            return {"broker": self.broker.id, "ready": ready}
+        return {
+            "broker": self.broker.id,
+            "ready": ready,
+            "listening": self.serving,
+            "draining": self.draining,
+            "journal": "failed" if self.failure is not None else "ok",
+            "missing": missing,
+        }
 
     def status(self) -> dict[str, Any]:
         b = self.broker
@@ -331,7 +362,7 @@ class BrokerNode:
             ssl_certfile=self.tls.cert if self.tls else None,
             ssl_keyfile=self.tls.key if self.tls else None,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config, self.drain)
         bound = sock.getsockname()[1]
         self.address = (host, bound)
         loop = asyncio.get_running_loop()
@@ -359,6 +390,40 @@ class BrokerNode:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
             sock.close()
+
+    async def drain(self) -> None:
+        """Told to stop: no connection is accepted any more (the server closed its socket);
+        each client is asked to go (``GoingAway``), and what it sent until it closes its
+        side is still handled; then the queues are given until ``Limits.drain_within`` to
+        empty, to clients and to neighbours, before the server closes what is left. A node
+        whose journal failed does not drain: it stops with what the journal holds."""
+        if self.failure is not None:
+            return
+        self.draining = True
+        started = time.monotonic()
+        deadline = started + self.limits.drain_within
+        notice = encode(GoingAway(self.broker.id, "the broker is shutting down"))
+        told = [
+            hop
+            for hop, c in self._connections.items()
+            if hop in self.broker.sessions and c.address and c.queue.put(notice)
+        ]
+        log.info("%s: shutting down: %d clients asked to go elsewhere", self.broker.id, len(told))
+        while time.monotonic() < deadline and any(hop in self._connections for hop in told):
+            await asyncio.sleep(0.02)
+        while time.monotonic() < deadline and any(c.queue.size for c in self._connections.values()):
+            await asyncio.sleep(0.02)
+        stayed = sum(hop in self._connections for hop in told)
+        left = combined(c.queue.statistics() for c in self._connections.values())
+        log.info(
+            "%s: drained in %.1f s: %d of %d clients left, %d messages (%d bytes) not sent",
+            self.broker.id,
+            time.monotonic() - started,
+            len(told) - stayed,
+            len(told),
+            left.queued,
+            left.queued_bytes,
+        )
 
     def _announce_security(self, host: str) -> None:
         """Say in the log who may use this broker: loudly, if anyone who reaches it may."""
@@ -644,7 +709,7 @@ class BrokerNode:
                 ) as ws:
                     log.info("%s: linked to %s", self.broker.id, url)
                     backoff.reset()
-                    await self._serve_link(ws)
+                    await self._serve_link(ws, url)
             except ssl.SSLError as exc:  # a certificate that does not verify, say
                 log.warning("%s: link to %s refused: %s", self.broker.id, url, exc)
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
@@ -656,9 +721,9 @@ class BrokerNode:
                 log.exception("%s: link to %s failed", self.broker.id, url)
             await backoff.wait()
 
-    async def _serve_link(self, ws: ClientConnection) -> None:
+    async def _serve_link(self, ws: ClientConnection, url: str) -> None:
         _small_buffers(ws.transport.get_extra_info("socket"))
-        hop = f"n{next(self._hops)}"
+        hop = self._links[url] = f"n{next(self._hops)}"
         self._open(hop, ws.send, ws.close, dialled=True)
         self._dispatch(self.broker.open_link(hop))
         keepalive = asyncio.get_running_loop().create_task(self._keepalive(ws, hop))
@@ -888,6 +953,30 @@ class BrokerNode:
                 pub = message.publication  # a plain one, lost with the link: its publisher is told
                 connection.refused.add(message.tree, pub.publisher, pub.id)
         self._check_flow()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which drains the node before it closes the connections, and ends a
+    process told to stop by SIGTERM normally (exit status 0) once it has."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self._drain = drain
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connection while draining
+        if not self.force_exit:
+            await self._drain()
+        await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            # Drained: not raised again once the server is done, which would end the process
+            # by the signal.
+            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
 async def _pinged(ws: ClientConnection) -> None:

@@ -110,6 +110,13 @@ class _Child:
         if self._proc is not None:
             self._proc.send_signal(signal.SIGCONT)
 
+    def terminate(self, timeout: float = 30.0) -> int:
+        """Ask the process to stop (SIGTERM), as a service manager does, and wait for it;
+        returns its exit status."""
+        assert self._proc is not None
+        self._proc.terminate()
+        return self._proc.wait(timeout)
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self.resume()
