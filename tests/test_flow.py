@@ -69,6 +69,7 @@ async def test_frames_are_bounded_in_bytes_and_keep_the_order() -> None:
     assert [int(m["ref"].split(":")[0]) for m in peer.messages()] == list(range(40))
     assert max(peer.sizes) <= FRAME_BYTES and len(peer.frames) >= 40 * 30_000 // FRAME_BYTES
     assert box.size == 0 and box.sent == 40 and box.frames == len(peer.frames)
+    assert box.statistics().sent_bytes == sum(peer.sizes)  # every frame's bytes, counted
     await box.close()
 
 

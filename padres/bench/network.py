@@ -11,38 +11,57 @@ publisher at B1 sends real quotes. Two figures:
 
 The expected deliveries come from the Rete matcher run in this process over the same quotes
 and subscriptions, and the run fails loudly if the overlay delivered anything else.
+
+The three subscriber clients run in this process beside the publisher, as they always have
+(``apart=False``), or each in a process of its own (``apart=True``, ``padres.bench.apart``);
+such a process settles its garbage collector once subscribed, as a broker does
+(``padres.runtime.collector.freeze``).
+
+Either way the throughput phase is metered (``padres.bench.usage``): the CPU seconds of the
+brokers and of the clients' processes, and the bytes each broker sent on all its connections
+(its ``sent_bytes``) and the publisher sent to its broker, per delivery.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
 from msgspec.structs import replace
 
 from padres.bench import machine
+from padres.bench.apart import Apart, serve
+from padres.bench.usage import Meter, get_json, per_delivery, processes
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.client.connection import Client, Delivery
+from padres.client.transport import Dialler, Transport, dial
 from padres.matching.rete_matcher import ReteMatcher
+from padres.model.codec import decode, encode
 from padres.model.messages import Publication, Subscription
 from padres.model.protocol import Error, Notify
+from padres.runtime import collector
 from padres.testing.processes import BrokerProcess
 
-__all__ = ["Counter", "Work", "measure", "report", "run", "settled"]
+__all__ = ["Counted", "Counter", "Work", "measure", "report", "run", "settled"]
 
 
 class Counter(Protocol):
     """A subscriber side's tally: deliveries counted (once per client and publication) and
     latencies (seconds) of those that carried their send time."""
 
-    count: int
-    latencies: list[float]
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def latencies(self) -> list[float]: ...
 
     def reset(self) -> None: ...
 
@@ -83,7 +102,9 @@ def _expected(shares: list[list[Subscription]], pubs: list[Publication]) -> int:
         matcher = ReteMatcher()
         for sub in subs:
             matcher.add(sub)
-        total += sum(1 for p in pubs if matcher.match(p).subscriptions)
+        for start in range(0, len(pubs), 100):  # the alpha network is fastest on batches
+            results = matcher.network.match_batch(pubs[start : start + 100])
+            total += sum(1 for r in results if r.conditions)
     return total
 
 
@@ -125,19 +146,31 @@ async def _wait(counters: Sequence[Counter], expected: int, timeout: float) -> f
     return time.perf_counter()
 
 
+def _exactly(counters: Sequence[Counter], expected: int) -> None:
+    got = sum(c.count for c in counters)
+    if got != expected:
+        raise RuntimeError(f"{got} deliveries counted where {expected} were expected")
+
+
 async def measure(
     send: Callable[[list[Publication]], Awaitable[None]],
     counters: Sequence[Counter],
     work: Work,
+    meter: Meter | None = None,
 ) -> dict[str, Any]:
     """Throughput (``work.batch`` sent as fast as ``send`` takes it, in chunks of 500, until
     every expected delivery has been counted) and latency at ``work.rate`` (each publication
-    carries its send time in ``sent``)."""
+    carries its send time in ``sent``). Any more deliveries than expected fail the run.
+    ``meter``: what the throughput phase cost, per delivery (``usage.per_delivery``)."""
+    if meter is not None:
+        meter.start()
     started = time.perf_counter()
     for start in range(0, len(work.batch), 500):
         await send(work.batch[start : start + 500])
     finished = await _wait(counters, work.expected, 120)
     throughput = len(work.batch) / (finished - started)
+    usage = {} if meter is None else per_delivery(meter.stop(), work.expected)
+    _exactly(counters, work.expected)
     for c in counters:
         c.reset()
     tick = 0.01
@@ -154,6 +187,8 @@ async def measure(
         if delay > 0:
             await asyncio.sleep(delay)
     await _wait(counters, work.expected_paced, 60)
+    await asyncio.sleep(0.2)  # anything delivered twice has come by now
+    _exactly(counters, work.expected_paced)
     latencies = sorted(x * 1000 for c in counters for x in c.latencies)
     return {
         "throughput_pubs": len(work.batch),
@@ -164,6 +199,7 @@ async def measure(
         "latency_p50_ms": statistics.median(latencies) if latencies else None,
         "latency_p99_ms": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
         "latency_samples": len(latencies),
+        **usage,
     }
 
 
@@ -183,23 +219,107 @@ async def settled(client: Client, quiet: float = 1.0, timeout: float = 60.0) -> 
         await asyncio.sleep(0.2)  # a broker answers at most 10 queries a second per connection
 
 
+class _CountedTransport:
+    """A transport that adds up the bytes of the frames it sends."""
+
+    def __init__(self, inner: Transport, counted: Counted) -> None:
+        self._inner = inner
+        self._counted = counted
+        self.url = inner.url
+
+    @property
+    def reason(self) -> str:
+        return self._inner.reason
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._inner.reason = value
+
+    async def send(self, frame: bytes) -> None:
+        await self._inner.send(frame)
+        self._counted.sent_bytes += len(frame)
+
+    def frames(self) -> AsyncIterator[bytes]:
+        return self._inner.frames()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class Counted:
+    """A dialler of a broker's WebSocket endpoint whose transports count the bytes of the
+    frames a client sends (without the WebSocket's framing): ``sent_bytes``."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self._dial: Dialler = dial([url], timeout=timeout, tls=None)
+        self.sent_bytes = 0
+
+    async def __call__(self) -> Transport:
+        return _CountedTransport(await self._dial(), self)
+
+
+def _subscriber(conn: Connection, url: str, name: str, share: list[bytes]) -> None:
+    """A subscriber client in a process of its own: subscribes ``share`` (encoded
+    subscriptions) and counts as ``_Counter`` does, steered through ``conn``."""
+    asyncio.run(_subscribe_and_serve(conn, url, name, share))
+
+
+async def _subscribe_and_serve(conn: Connection, url: str, name: str, share: list[bytes]) -> None:
+    counter = _Counter()
+    async with Client(url, name, timeout=60) as client:
+        for data in share:
+            sub = decode(data)
+            if not isinstance(sub, Subscription):
+                raise TypeError(f"a subscriber was given a {type(sub).__name__}")
+            await client.subscribe(sub.filter, counter, id=sub.id)
+        collector.freeze()  # loaded: settled as a broker settles it
+        await serve(conn, counter)
+
+
+def _sent(brokers: Sequence[BrokerProcess], publisher: Counted) -> Callable[[], dict[str, int]]:
+    """Reads the bytes sent so far by each broker (B1, B2, ...) and by the publisher."""
+    health = {f"B{i + 1}": f"http://127.0.0.1:{p.port}/health" for i, p in enumerate(brokers)}
+
+    def read() -> dict[str, int]:
+        sent = {name: int(get_json(url)["sent_bytes"]) for name, url in health.items()}
+        return {**sent, "publisher": publisher.sent_bytes}
+
+    return read
+
+
 async def _bench(
-    urls: list[str], subs: int, pubs: int, rate: float, seconds: float, data: Path | None
+    brokers: Sequence[BrokerProcess],
+    subs: int,
+    pubs: int,
+    rate: float,
+    seconds: float,
+    data: Path | None,
+    apart: bool,
 ) -> dict[str, Any]:
+    urls = [p.url for p in brokers]
     quotes = stock_publications(data)
     workload = list(stock_subscriptions(subs, quotes, seed=1))
     shares = [workload[i :: len(urls)] for i in range(len(urls))]
     work = Work.of(shares, quotes, pubs, rate, seconds)
     async with contextlib.AsyncExitStack() as stack:
         refused: list[Error] = []
+        dialler = Counted(urls[0])
         publisher = await stack.enter_async_context(
-            Client(urls[0], "bench-pub", on_error=refused.append)
+            Client(urls[0], "bench-pub", on_error=refused.append, transport=dialler)
         )
-        counters = []
+        counters: list[Counter] = []
+        duplicates: list[_Counter] = []
         for i, (url, share) in enumerate(zip(urls, shares, strict=True)):
+            if apart:
+                encoded = [encode(sub) for sub in share]
+                remote = await Apart.start(_subscriber, url, f"bench-sub{i}", encoded)
+                stack.callback(remote.stop)
+                counters.append(remote)
+                continue
             client = await stack.enter_async_context(Client(url, f"bench-sub{i}", timeout=60))
             counter = _Counter()
             counters.append(counter)
+            duplicates.append(counter)
             for sub in share:
                 await client.subscribe(sub.filter, counter, id=sub.id)
         await publisher.advertise(STOCK_ADVERTISEMENT)
@@ -211,12 +331,23 @@ async def _bench(
                 raise RuntimeError(f"the broker refused a publication: {refused[0].text}")
             await publisher.publish_many(chunk)
 
-        figures = await measure(send, counters, work)
+        broker_pids = [p.pid for p in brokers if p.pid is not None]
+        if apart:
+            roles = {
+                "servers": broker_pids,
+                "subscribers": [c.pid for c in counters if isinstance(c, Apart)],
+                "publisher": [os.getpid()],
+            }
+        else:
+            roles = {"servers": broker_pids, "clients": [os.getpid()]}
+        meter = Meter(processes(roles), _sent(brokers, dialler))
+        figures = await measure(send, counters, work, meter)
     return {
         "machine": machine(),
         "brokers": len(urls),
         "subscriptions": subs,
-        "duplicates": sum(c.duplicates for c in counters),
+        "subscribers_apart": apart,
+        "duplicates": sum(c.duplicates for c in duplicates),
         **figures,
     }
 
@@ -227,7 +358,10 @@ def run(
     rate: float = 5_000,
     seconds: float = 5.0,
     data: Path | None = None,
+    *,
+    apart: bool = False,
 ) -> dict[str, Any]:
+    """The chain's figures; ``apart``: each subscriber client in a process of its own."""
     procs = [BrokerProcess("B1")]
     procs[0].start()
     try:
@@ -235,21 +369,42 @@ def run(
             proc = BrokerProcess(name, neighbours=[procs[-1].url])
             proc.start()
             procs.append(proc)
-        return asyncio.run(_bench([p.url for p in procs], subs, pubs, rate, seconds, data))
+        return asyncio.run(_bench(procs, subs, pubs, rate, seconds, data, apart))
     finally:
         for proc in procs:
             proc.stop()
 
 
+def _usage_lines(r: dict[str, Any]) -> list[str]:
+    """What a metered run's throughput phase cost per delivery, as report lines."""
+    cpu = r.get("cpu_us_per_delivery")
+    sent = r.get("bytes_per_delivery")
+    if not cpu or not sent:
+        return []
+    names = {
+        "servers": "servers",
+        "subscribers": "subscribers",
+        "publisher": "publisher",
+        "clients": "publisher and subscribers (one process)",
+    }
+    spent = ", ".join(f"{names.get(k, k)} {v:,.1f}" for k, v in cpu.items())
+    parts = ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if k != "total")
+    return [
+        f"  per delivery: CPU {spent} us; bytes sent {sent['total']:,.0f} ({parts})",
+    ]
+
+
 def report(r: dict[str, Any]) -> str:
+    where = "each in its own process" if r.get("subscribers_apart") else "in one process"
     return "\n".join(
         [
             f"{r['brokers']}-broker chain (real processes, loopback), {r['subscriptions']:,} "
-            "subscriptions spread over the brokers, publisher at the first",
+            f"subscriptions spread over the brokers, publisher at the first, subscribers {where}",
             f"  throughput: {r['publications_per_second']:,.0f} publications per second end to "
             f"end ({r['throughput_pubs']:,} quotes, {r['throughput_deliveries']:,} deliveries, "
             f"{r['duplicates']} duplicates)",
             f"  latency at {r['rate']:,.0f} per second: p50 {r['latency_p50_ms']:.2f} ms, "
             f"p99 {r['latency_p99_ms']:.2f} ms ({r['latency_samples']:,} deliveries)",
+            *_usage_lines(r),
         ]
     )

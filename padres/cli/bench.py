@@ -51,6 +51,12 @@ def register(commands: Any) -> None:
     n.add_argument("--pubs", type=int, default=50_000, help="publications for the throughput run")
     n.add_argument("--rate", type=float, default=5_000, help="publications per second, latency run")
     n.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
+    n.add_argument(
+        "--apart",
+        action="store_true",
+        help="each subscriber client in a process of its own (default: all in this process, "
+        "beside the publisher)",
+    )
     data_and_json(n)
     n.set_defaults(run=run_network)
     g = benches.add_parser(
@@ -113,7 +119,7 @@ def run_overlay(args: argparse.Namespace) -> int:
 
 
 def run_network(args: argparse.Namespace) -> int:
-    result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data)
+    result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data, apart=args.apart)
     show(args, result, network.report)
     return 1 if result["duplicates"] else 0
 

@@ -46,6 +46,7 @@ class QueueStatistics(NamedTuple):
     frames: int = 0
     dropped: int = 0
     dropped_bytes: int = 0
+    sent_bytes: int = 0
 
 
 def combined(statistics: Iterable[QueueStatistics]) -> QueueStatistics:
@@ -80,6 +81,8 @@ class SendQueue:
         """Bytes queued, the frame being written included."""
         self.sent = 0
         self.frames = 0
+        self.sent_bytes = 0
+        """Bytes of the frames written (without the transport's own framing)."""
         self.dropped = 0
         self.dropped_bytes = 0
         self._over_since: float | None = None
@@ -129,7 +132,13 @@ class SendQueue:
 
     def statistics(self) -> QueueStatistics:
         return QueueStatistics(
-            len(self._queue), self.size, self.sent, self.frames, self.dropped, self.dropped_bytes
+            len(self._queue),
+            self.size,
+            self.sent,
+            self.frames,
+            self.dropped,
+            self.dropped_bytes,
+            self.sent_bytes,
         )
 
     def discard(self) -> None:
@@ -191,7 +200,9 @@ class SendQueue:
             data = queue.popleft()
             parts.append(data)
             size += len(data)
-        await self._send(b"[" + b",".join(parts) + b"]")
+        frame = b"[" + b",".join(parts) + b"]"
+        await self._send(frame)
+        self.sent_bytes += len(frame)
         self.size -= size
         self.sent += len(parts)
         self.frames += 1
