@@ -11,6 +11,7 @@ from typing import Any
 from padres.cli.bench import data_and_json, show
 from padres.cli.client import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.logs import add_log_options
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, ParseError
@@ -46,7 +47,7 @@ def register(commands: Any) -> None:
         help="for a wss:// broker: PEM file of the CA certificates its certificate is checked "
         "against (default: the system's trusted authorities)",
     )
-    p.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_log_options(p)
     add_credential_options(p, "the node")
     add_settings_options(p, "PADRES_DB_")
     p.set_defaults(run=run)
@@ -54,7 +55,9 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # The client's losses and reconnections matter to a database: logged even when quiet.
-    return run_node(_serve(args), quiet=args.quiet, log="padres.client.connection")
+    return run_node(
+        _serve(args), quiet=args.quiet, log="padres.client.connection", log_format=args.log_format
+    )
 
 
 async def _serve(args: argparse.Namespace) -> int:

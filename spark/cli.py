@@ -13,6 +13,7 @@ from typing import Any
 
 from padres.cli.bench import data_and_json, show
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.logs import add_log_options
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, InvalidMessage, ParseError
 from padres.language.parser import parse_filter
@@ -123,7 +124,7 @@ def register(commands: Any) -> None:
     s.add_argument("--id", required=True, help="the node's client name")
     s.add_argument("--broker", default=DEFAULT_BROKER, metavar="URL", help="broker URL")
     _common(s)
-    s.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_log_options(s)
     add_credential_options(s, "the node")
     s.set_defaults(run=run_serve)
 
@@ -318,7 +319,9 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    return run_node(_serve(args), quiet=args.quiet, log="padres.archive")
+    return run_node(
+        _serve(args), quiet=args.quiet, log="padres.archive", log_format=args.log_format
+    )
 
 
 async def _serve(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from padres.broker.sqlite_journal import SqliteJournal, Sync
 from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.inputs import positive
-from padres.cli.logs import setup_logging
+from padres.cli.logs import add_log_options, setup_logging
 from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
@@ -115,7 +115,7 @@ def register(commands: Any) -> None:
     )
     _limit_options(p, defaults)
     _tls_options(p)
-    p.add_argument("--quiet", action="store_true", help="log warnings only")
+    add_log_options(p)
     add_credential_options(p, "this broker, linking to its neighbours,")
     add_settings_options(p, "PADRES_BROKER_")
     p.set_defaults(run=run)
@@ -200,7 +200,7 @@ def _credentials(args: argparse.Namespace) -> Credentials:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging(args.quiet)
+    setup_logging(args.quiet, args.log_format)
     broker = Broker(
         args.id,
         config=config_from_args(args, BrokerConfig, epoch=os.urandom(3).hex()),

@@ -57,10 +57,12 @@ async def until_stopped() -> None:
     await stopping.wait()
 
 
-def run_node(main: Coroutine[Any, Any, int], *, quiet: bool, log: str) -> int:
+def run_node(
+    main: Coroutine[Any, Any, int], *, quiet: bool, log: str, log_format: str = "text"
+) -> int:
     """Run a node's ``main`` until it ends or is interrupted; the logger ``log`` reports at
     INFO even when ``quiet`` (what the node does matters to its operator)."""
-    setup_logging(quiet)
+    setup_logging(quiet, log_format)
     logging.getLogger(log).setLevel(logging.INFO)
     try:
         return asyncio.run(main)

@@ -57,6 +57,8 @@ class Connection:
     (``time.monotonic()``); None while it is within its rate."""
     address: str = ""
     """The address it came from ("" for one attached in this process, or dialled)."""
+    name: str = ""
+    """Who it is once its ``hello`` was taken: a client's session name, or a neighbour's id."""
     dialled: bool = False
     """This node dialled it: a neighbour it was given, whose frames it decodes without
     checking their publications again (``checked_before``)."""

@@ -609,10 +609,35 @@ class BrokerNode:
         if connection is not None:
             if connection.link and neighbour is not None:
                 self._report_unsent(connection, neighbour)
+            self._log_leaving(connection)
             connection.move(Phase.CLOSED)
             gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
             self._departed = combined([self._departed, gone])
             await connection.queue.close()
+
+    def _log_leaving(self, connection: Connection) -> None:
+        if not connection.name:
+            return
+        lasted = time.monotonic() - connection.opened
+        why = connection.queue.reason or "it closed"
+        if connection.link:
+            log.info(
+                "%s: link with %s down after %.0f s: %s",
+                self.broker.id,
+                connection.name,
+                lasted,
+                why,
+            )
+        else:
+            where = connection.address or "this process"
+            log.info(
+                "%s: client %s (%s) left after %.0f s: %s",
+                self.broker.id,
+                connection.name,
+                where,
+                lasted,
+                why,
+            )
 
     def _report_unsent(self, connection: Connection, neighbour: str) -> None:
         """The link to ``neighbour`` is over: the publishers of the plain publications it did
@@ -856,6 +881,7 @@ class BrokerNode:
         left, outs, handled = self._pump.walk(hop, items, lambda: now, first, budget)
         if self.broker.greeted(hop):
             self.strangers.leave(hop)
+            self._named(hop)
         self._promote(hop)
         for observe in self.observers:
             try:
@@ -869,7 +895,8 @@ class BrokerNode:
             # A broker with accounts talks to nobody it does not know: it says why, and hangs up.
             refusal = next((m for h, m in outs if h == hop and isinstance(m, Error)), None)
             if refusal is not None:
-                log.warning("%s: refused %s: %s", self.broker.id, hop, refusal.text)
+                where = connection.address or "this process"
+                log.warning("%s: refused %s from %s: %s", self.broker.id, hop, where, refusal.text)
             connection.queue.fail(1008, "not authenticated", refusal)
         return left
 
@@ -910,6 +937,19 @@ class BrokerNode:
         if guard is not None and hello.user:
             with contextlib.suppress(AuthenticationError):
                 await asyncio.to_thread(guard.accounts.authenticate, hello.user, hello.password)
+
+    def _named(self, hop: str) -> None:
+        """The core took the ``hello`` of ``hop``: who it is, once, and in the log."""
+        connection = self._connections.get(hop)
+        if connection is None or connection.name:
+            return
+        session = self.broker.sessions.get(hop)
+        connection.name = session.name if session is not None else self.broker.peers.get(hop, hop)
+        where = connection.address or "this process"
+        if session is not None:
+            log.info("%s: client %s connected from %s", self.broker.id, connection.name, where)
+        elif not connection.dialled:
+            log.info("%s: linked from %s at %s", self.broker.id, connection.name, where)
 
     def _promote(self, hop: str) -> None:
         """An accepted connection the core has taken as a neighbour (its ``hello`` said it is a

@@ -151,19 +151,24 @@ class BrokerProcess(_Child):
         options: Sequence[str] = (),
         log: IO[bytes] | None = None,
         skew: float = 0.0,
+        quiet: bool = True,
     ) -> None:
-        """``skew``: seconds its clock runs off this machine's (see ``faketime``)."""
+        """``skew``: seconds its clock runs off this machine's (see ``faketime``); ``log``:
+        where its standard error goes (nowhere if None), warnings only if ``quiet``."""
         env = faketime(skew) if skew else None
         super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, env)
         self.id = broker_id
         self.port = port
         self.neighbours = list(neighbours)
         self.options = list(options)
+        self.quiet = quiet
         self.url = ""
 
     def start(self, timeout: float = 20.0) -> str:
         """Start the process and wait until it listens; returns its URL."""
-        args = ["broker", "--id", self.id, "--port", str(self.port), "--quiet", *self.options]
+        args = ["broker", "--id", self.id, "--port", str(self.port), *self.options]
+        if self.quiet:
+            args.append("--quiet")
         for n in self.neighbours:
             args += ["--neighbour", n]
         self.url = self._start(args, timeout).group(1)
