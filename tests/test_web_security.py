@@ -70,6 +70,9 @@ def _problem(response: httpx.Response, status: int, *words: str) -> dict[str, An
         ("POST", "/api/v1/advertisements"),
         ("GET", "/api/v1/history?filter=[class,eq,'Order']&from=now-1h"),
         ("GET", "/api/v1/databases"),
+        ("GET", "/api/v1/durables"),
+        ("DELETE", "/api/v1/durables/eu@S1/orders"),
+        ("DELETE", "/api/v1/clients/eu@S1"),
         ("POST", "/api/v1/traces"),
         ("GET", "/api/v1/exceptions/eu/s1"),
     ],
@@ -98,9 +101,11 @@ def test_the_description_and_liveness_are_open(secured: tuple[str, str]) -> None
 
 def test_reading_the_broker_takes_the_admin_right(secured: tuple[str, str]) -> None:
     base, token = secured
-    for path in ("/api/v1/routing", "/api/v1/broker", "/metrics", "/"):
+    for path in ("/api/v1/routing", "/api/v1/broker", "/api/v1/durables", "/metrics", "/"):
         _problem(httpx.get(base + path, auth=_as("eu")), 403, "'eu'", "admin")
         assert httpx.get(base + path, auth=_as("ops")).status_code == 200, path
+    for path in ("/api/v1/durables/us@S1/orders", "/api/v1/clients/us@S1"):
+        _problem(httpx.delete(base + path, auth=_as("eu")), 403, "'eu'", "admin")
     # The broker's own monitoring session runs under accounts too.
     view = httpx.get(f"{base}/api/v1/overlay", auth=_as("ops"), timeout=10).json()
     assert [b["id"] for b in view["brokers"]] == ["S1"]

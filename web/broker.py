@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from padres.errors import ConnectionLost, RequestFailed
 from padres.language.parser import parse_filter
@@ -110,6 +110,31 @@ def router(clients: Clients) -> APIRouter:
                 token(f"{table}|{search}", following) if following < len(rows) else None
             ),
         }
+
+    @api.get("/durables")
+    async def durables() -> list[dict[str, Any]]:
+        """The durable subscriptions kept at this broker: whose (``owner``, ``name``), whether
+        its client is connected (or for how many seconds it has been ``away``), the
+        deliveries and bytes ``queued`` for it, the last delivery it acknowledged, and the time
+        of the ``oldest`` one waiting."""
+        return clients.node.durables()
+
+    @api.delete("/durables/{owner}/{name}", status_code=204)
+    async def delete_durable(owner: str, name: str) -> Response:
+        """Delete a durable subscription with what it queued; its client, if connected, is
+        told with an error."""
+        if not clients.node.drop_durable(owner, name):
+            why = f"no durable subscription {name!r} of {owner!r} at this broker"
+            raise Problem(404, "no such durable subscription", why)
+        return Response(status_code=204)
+
+    @api.delete("/clients/{name}", status_code=204)
+    async def close_client(name: str) -> Response:
+        """Close a client's connection (``name`` as the broker knows it, ``shop@B1``), telling
+        it why: its subscriptions and advertisements go with it, its durable ones wait."""
+        if not clients.node.disconnect(name, "closed by an administrator"):
+            raise Problem(404, "no such client", f"no client {name!r} is connected here")
+        return Response(status_code=204)
 
     @api.get("/databases")
     async def listing() -> list[dict[str, Any]]:

@@ -362,6 +362,19 @@ class Broker:
         self.transactions.resume(session, self._now)  # back within the linger
         return [(hop, Welcome(self.id, name))]
 
+    def drop_durable(self, owner: str, name: str) -> list[Out] | None:
+        """An administrator deletes durable subscription ``name`` of client ``owner``, with
+        what it queued (its client, if connected, is told with an ``error``); None if there
+        is no such subscription here."""
+        if not self.durables.has(owner, name):
+            return None
+        hop = self.durables.hop_of(owner, name)
+        out = self.durables.drop(owner, name)
+        if hop is not None:
+            why = f"durable subscription {name!r} was deleted by an administrator"
+            out.append((hop, Error(why, name)))
+        return self._effects(out)
+
     def lost(self, neighbour: str, tally: Tally, reason: str) -> list[Out]:
         """The runtime's link to broker ``neighbour`` ended for ``reason`` with the plain
         publications of ``tally`` unsent: their publishers are told (``losses``)."""

@@ -302,12 +302,15 @@ class Durables:
         return durable
 
     def statistics(self) -> list[dict[str, Any]]:
-        """Each durable subscription: whose, how far along, what waits for its client."""
+        """Each durable subscription: whose, how far along, what waits for its client (and
+        since when its client has been away, in seconds, if it is)."""
+        now = self._now()
         return [
             {
                 "owner": d.record.owner,
                 "name": d.record.name,
                 "connected": d.hop is not None,
+                "away": None if d.hop is not None or d.away is None else round(now - d.away, 3),
                 "next": d.record.next,
                 "acked": d.record.acked,
                 "sent": d.sent,

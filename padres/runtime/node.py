@@ -295,6 +295,37 @@ class BrokerNode:
             return {"broker": self.broker.id, "uptime": round(time.time() - self.started, 3)}
         return self.status()
 
+    def durables(self) -> list[dict[str, Any]]:
+        """The durable subscriptions kept here (``Durables.statistics``), each with the time
+        of its oldest delivery not yet acknowledged (None when nothing waits)."""
+        durables = self.broker.durables
+        out = durables.statistics()
+        for row in out:
+            oldest = durables.delivery(row["owner"], row["name"], row["acked"] + 1)
+            row["oldest"] = None if oldest is None else oldest.timestamp.isoformat()
+        return out
+
+    def drop_durable(self, owner: str, name: str) -> bool:
+        """Delete durable subscription ``name`` of client ``owner`` (an administrator's act):
+        whether there was one."""
+        outs = self.broker.drop_durable(owner, name)
+        if outs is None:
+            return False
+        log.warning("%s: durable subscription %r of %s deleted", self.broker.id, name, owner)
+        self._dispatch(outs)
+        return True
+
+    def disconnect(self, name: str, why: str) -> bool:
+        """Close the connection of client ``name`` (an administrator's act), telling it
+        ``why``: whether it was connected."""
+        for hop, session in self.broker.sessions.items():
+            connection = self._connections.get(hop)
+            if session.name == name and connection is not None:
+                log.warning("%s: closing client %s: %s", self.broker.id, name, why)
+                connection.queue.fail(1008, why[:120], Error(why))
+                return True
+        return False
+
     def readiness(self) -> dict[str, Any]:
         """Whether the broker is ready for clients: it listens, its journal works, it is not
         shutting down, and it is linked to every neighbour it was told to dial (those it is

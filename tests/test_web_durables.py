@@ -1,0 +1,66 @@
+"""An operator's view of durable subscriptions over REST: listed with what waits for them,
+deleted; a client's connection closed."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import httpx
+
+from padres.client.connection import Client
+from padres.model.messages import Publication
+from padres.testing.processes import BrokerProcess
+from tests.support import eventually
+
+
+async def test_an_abandoned_durable_subscription_is_seen_and_deleted() -> None:
+    broker = BrokerProcess("D1")
+    url = broker.start()
+    base = f"http://127.0.0.1:{broker.port}/api/v1"
+    try:
+        async with Client(url, "shop") as shop:
+            await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
+            async with Client(url, "away") as away:
+                await away.subscribe("[class,eq,'T']", durable="orders")
+            published = datetime.now(UTC)
+            for n in range(5):
+                await shop.publish(Publication(f"p{n}", {"class": "T", "n": n}, published))
+            await shop.flush()
+
+            def waiting() -> list[dict[str, object]]:
+                rows: list[dict[str, object]] = httpx.get(f"{base}/durables").json()
+                return rows
+
+            await eventually(lambda: waiting()[0]["queued"] == 5)
+            (row,) = waiting()
+            assert row["owner"] == "away@D1" and row["name"] == "orders"
+            assert row["connected"] is False and isinstance(row["away"], float)
+            assert row["acked"] == 0 and row["queued_bytes"] > 0  # type: ignore[operator]
+            assert row["oldest"] == published.isoformat()
+            gone = httpx.delete(f"{base}/durables/away@D1/orders")
+            assert gone.status_code == 204
+            assert waiting() == []
+            again = httpx.delete(f"{base}/durables/away@D1/orders")
+            assert again.status_code == 404 and "orders" in again.json()["detail"]
+            async with Client(url, "away") as back:  # made anew: the past is not kept
+                fresh = await back.subscribe("[class,eq,'T']", durable="orders")
+                await asyncio.sleep(0.5)
+                assert fresh.statistics().delivered == 0
+    finally:
+        broker.stop()
+
+
+async def test_an_administrator_closes_a_client() -> None:
+    broker = BrokerProcess("D2")
+    url = broker.start()
+    base = f"http://127.0.0.1:{broker.port}/api/v1"
+    try:
+        async with Client(url, "idle") as idle:
+            assert httpx.delete(f"{base}/clients/idle@D2").status_code == 204
+            await eventually(lambda: idle.state.value == "closed")
+            assert "closed by an administrator" in idle.closed_reason
+        missing = httpx.delete(f"{base}/clients/idle@D2")
+        assert missing.status_code == 404
+    finally:
+        broker.stop()
