@@ -7,14 +7,18 @@ import asyncio
 from datetime import UTC, datetime
 
 import httpx
+import pytest
 
+from padres.cli import main
 from padres.client.connection import Client
 from padres.model.messages import Publication
 from padres.testing.processes import BrokerProcess
 from tests.support import eventually
 
 
-async def test_an_abandoned_durable_subscription_is_seen_and_deleted() -> None:
+async def test_an_abandoned_durable_subscription_is_seen_and_deleted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     broker = BrokerProcess("D1")
     url = broker.start()
     base = f"http://127.0.0.1:{broker.port}/api/v1"
@@ -38,11 +42,17 @@ async def test_an_abandoned_durable_subscription_is_seen_and_deleted() -> None:
             assert row["connected"] is False and isinstance(row["away"], float)
             assert row["acked"] == 0 and row["queued_bytes"] > 0  # type: ignore[operator]
             assert row["oldest"] == published.isoformat()
-            gone = httpx.delete(f"{base}/durables/away@D1/orders")
-            assert gone.status_code == 204
+            assert main(["admin", "durables", "--broker", url]) == 0  # the same, for a person
+            listed = capsys.readouterr().out.splitlines()
+            assert listed[0].split() == ["owner", "name", "state", "queued", "bytes", "oldest"]
+            fields = listed[1].split()  # owner, name, "away N s", queued, bytes, oldest
+            assert fields[:3] == ["away@D1", "orders", "away"] and fields[5] == "5"
+            assert main(["admin", "drop-durable", "--broker", url, "away@D1", "orders"]) == 0
             assert waiting() == []
             again = httpx.delete(f"{base}/durables/away@D1/orders")
             assert again.status_code == 404 and "orders" in again.json()["detail"]
+            assert main(["admin", "drop-durable", "--broker", url, "away@D1", "orders"]) == 1
+            assert "404: no durable subscription 'orders' of 'away@D1'" in capsys.readouterr().err
             async with Client(url, "away") as back:  # made anew: the past is not kept
                 fresh = await back.subscribe("[class,eq,'T']", durable="orders")
                 await asyncio.sleep(0.5)
@@ -57,7 +67,7 @@ async def test_an_administrator_closes_a_client() -> None:
     base = f"http://127.0.0.1:{broker.port}/api/v1"
     try:
         async with Client(url, "idle") as idle:
-            assert httpx.delete(f"{base}/clients/idle@D2").status_code == 204
+            assert main(["admin", "close", "--broker", url, "idle@D2"]) == 0
             await eventually(lambda: idle.state.value == "closed")
             assert "closed by an administrator" in idle.closed_reason
         missing = httpx.delete(f"{base}/clients/idle@D2")

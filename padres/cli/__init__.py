@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points, version
 
 from padres.cli import (
+    admin,
     bench,
     broker,
     client,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(commands)
     run.register(commands)
     user.register(commands)
+    admin.register(commands)
     for plugin in entry_points(group="padres.commands"):  # db, archive: from historic and spark
         plug_in(plugin, commands)
     return parser
