@@ -42,6 +42,15 @@ async def test_an_abandoned_durable_subscription_is_seen_and_deleted(
             assert row["connected"] is False and isinstance(row["away"], float)
             assert row["acked"] == 0 and row["queued_bytes"] > 0  # type: ignore[operator]
             assert row["oldest"] == published.isoformat()
+            scraped = httpx.get(f"http://127.0.0.1:{broker.port}/metrics").text
+            for line in (
+                'padres_durable_subscriptions{client="away"} 1.0',
+                "padres_durable_queued_messages 5.0",
+                "padres_ready 1.0",
+                'padres_queue_bytes{kind="client",peer="clients"}',
+            ):
+                assert line in scraped, line
+            assert "padres_build{version=" in scraped and "process_cpu_seconds_total" in scraped
             assert main(["admin", "durables", "--broker", url]) == 0  # the same, for a person
             listed = capsys.readouterr().out.splitlines()
             assert listed[0].split() == ["owner", "name", "state", "queued", "bytes", "oldest"]

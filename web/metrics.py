@@ -1,10 +1,13 @@
 """``/metrics``: the broker's counters in the Prometheus text format (prometheus-client).
 
 Counted as the core handles messages (``BrokerNode.observers``): publications in and out per
-peer (a neighbour broker or a client, by name), subscriptions matched, how long the core took
-over each publication, historic replays and the time from a subscription to its replay's end,
-and the publications delivered to database nodes (their ingest). Queue depths and drops are
-read from the node when scraped.
+peer (a neighbour broker or a database node by name; every other client together, as
+``clients``, so that the series stay as few as the overlay's brokers and databases however
+many clients come and go), subscriptions matched, how long the core took over each
+publication, historic replays and the time from a subscription to its replay's end, and the
+publications delivered to database nodes (their ingest). Queue depths, drops, the durable
+subscriptions' backlog, the links and readiness are read from the node when scraped, with the
+process's own figures (CPU, memory, descriptors) and the version.
 
 Counting is on the broker's hot path, so it is plain integers in dicts; they become Prometheus
 metrics only when scraped (``collect``).
@@ -15,11 +18,17 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import Final
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -42,7 +51,10 @@ from padres.model.protocol import (
 )
 from padres.runtime.node import BrokerNode, Handled
 
-__all__ = ["Histogram", "Metrics", "published"]
+__all__ = ["CLIENTS", "Histogram", "Metrics", "published"]
+
+CLIENTS: Final = "clients"
+"""The peer that stands for every client but database nodes in the per-peer series."""
 
 _SUBSCRIBING: Final = (Subscription, CompositeSubscription)
 _DELIVERY: Final = frozenset({Notify, TxNotify, CompositeNotify})
@@ -115,26 +127,31 @@ class Metrics(Collector):
         self.ingest: dict[str, int] = {}
         self.registry = CollectorRegistry()
         self.registry.register(self)
-        self._names: dict[str, str] = {}
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self._databases: set[str] = set()
+        """The hops of database nodes (they offer replay)."""
         self._asked: dict[tuple[str, str], float] = {}
 
     def name(self, hop: str) -> str:
-        """The broker or client on ``hop`` (hops are never reused, so names are kept)."""
-        found = self._names.get(hop)
-        if found is None:
-            broker = self.node.broker
-            session = broker.sessions.get(hop)
-            found = session.name if session is not None else broker.peers.get(hop)
-            if found is None:
-                return hop
-            self._names[hop] = found
-        return found
+        """The broker or client on ``hop`` (the hop itself once it is gone)."""
+        broker = self.node.broker
+        session = broker.sessions.get(hop)
+        return session.name if session is not None else broker.peers.get(hop, hop)
+
+    def _peer(self, hop: str) -> str:
+        """``hop`` as the per-peer series name it: a neighbour or a database node by name,
+        any other client as ``CLIENTS``."""
+        broker = self.node.broker
+        neighbour = broker.peers.get(hop)
+        if neighbour is not None:
+            return neighbour
+        return self.name(hop) if hop in self._databases else CLIENTS
 
     def _count(self, table: dict[str, int], hop: str, count: int) -> str:
-        name = self.name(hop)
-        table[name] = table.get(name, 0) + count
-        return name
+        peer = self._peer(hop)
+        table[peer] = table.get(peer, 0) + count
+        return peer
 
     def observe(self, hop: str, handled: list[Handled]) -> None:
         """A ``BrokerNode`` observer: count what the core just did."""
@@ -205,18 +222,8 @@ class Metrics(Collector):
             self.ingest,
             "database",
         )
-        queued = GaugeMetricFamily(
-            "padres_queue_bytes", "Bytes queued for a peer", labels=["peer", "kind"]
-        )
-        messages = GaugeMetricFamily(
-            "padres_queue_messages", "Messages queued for a peer", labels=["peer", "kind"]
-        )
-        for hop, q in self.node.queues().items():
-            labels = [self.name(hop), "link" if q["link"] else "client"]
-            queued.add_metric(labels, q["queued_bytes"])
-            messages.add_metric(labels, q["queued"])
-        yield queued
-        yield messages
+        yield from self._queues()
+        yield from self._state()
         status = self.node.status()
         yield _total(
             "padres_dropped_messages",
@@ -225,6 +232,70 @@ class Metrics(Collector):
         )
         yield _total("padres_evicted_clients", "Clients evicted for lagging", status["evicted"])
         yield _total("padres_rejected_messages", "Messages refused on decoding", status["rejected"])
+
+    def _queues(self) -> Iterator[Metric]:
+        """What waits for each link, and for the clients together."""
+        queued: dict[tuple[str, str], list[int]] = {}
+        for hop, q in self.node.queues().items():
+            key = (self._peer(hop), "link" if q["link"] else "client")
+            figures = queued.setdefault(key, [0, 0])
+            figures[0] += q["queued_bytes"]
+            figures[1] += q["queued"]
+        in_bytes = GaugeMetricFamily(
+            "padres_queue_bytes", "Bytes queued for a peer", labels=["peer", "kind"]
+        )
+        messages = GaugeMetricFamily(
+            "padres_queue_messages", "Messages queued for a peer", labels=["peer", "kind"]
+        )
+        for (peer, kind), (size, count) in sorted(queued.items()):
+            in_bytes.add_metric([peer, kind], size)
+            messages.add_metric([peer, kind], count)
+        yield in_bytes
+        yield messages
+
+    def _state(self) -> Iterator[Metric]:
+        """The durable subscriptions' backlog, the links, readiness and the version."""
+        durables = self.node.broker.durables.statistics()
+        kept = GaugeMetricFamily(
+            "padres_durable_subscriptions", "Durable subscriptions kept here", labels=["client"]
+        )
+        for state in ("connected", "away"):
+            kept.add_metric(
+                [state], sum(1 for d in durables if d["connected"] == (state == "connected"))
+            )
+        yield kept
+        yield GaugeMetricFamily(
+            "padres_durable_queued_messages",
+            "Deliveries waiting for durable subscriptions, in all",
+            value=sum(d["queued"] for d in durables),
+        )
+        yield GaugeMetricFamily(
+            "padres_durable_queued_bytes",
+            "Bytes of deliveries waiting for durable subscriptions, in all",
+            value=sum(d["queued_bytes"] for d in durables),
+        )
+        yield GaugeMetricFamily(
+            "padres_durable_away_seconds_max",
+            "How long the client away the longest has been away",
+            value=max((d["away"] or 0.0 for d in durables), default=0.0),
+        )
+        readiness = self.node.readiness()
+        yield GaugeMetricFamily(
+            "padres_links", "Neighbour brokers linked now", value=len(self.node.broker.peers)
+        )
+        yield GaugeMetricFamily(
+            "padres_links_missing",
+            "Neighbours this broker dials that it is not linked to",
+            value=len(readiness.get("missing", ())),
+        )
+        yield GaugeMetricFamily(
+            "padres_ready",
+            "Whether the broker is ready for clients (/ready)",
+            value=readiness["ready"],
+        )
+        info = GaugeMetricFamily("padres_build", "The version this broker runs", labels=["version"])
+        info.add_metric([version("padres")], 1)
+        yield info
 
     def router(self) -> APIRouter:
         api = APIRouter(tags=["metrics"])
