@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -56,6 +57,37 @@ def _order(i: int) -> Publication:
 
 def _ids(got: list[Delivery]) -> list[str]:
     return [d.publication.id for d in got if isinstance(d, Notify)]
+
+
+@contextmanager
+def _chain(tmp_path: Path, database_at: str) -> Iterator[dict[str, BrokerProcess]]:
+    """Brokers A-B-C in a chain, each pinging every second, and database D at broker
+    ``database_at`` storing orders; gives the brokers by name."""
+    procs: dict[str, BrokerProcess] = {}
+    previous: list[str] = []
+    for name in "ABC":
+        procs[name] = BrokerProcess(name, neighbours=previous, options=["--heartbeat", "1"])
+        previous = [procs[name].start()]
+    store = f"sqlite:///{tmp_path / 'd.sqlite'}"
+    db = DatabaseProcess("D", procs[database_at].url, store, stores=[ORDERS])
+    db.start()
+    try:
+        yield procs
+    finally:
+        db.stop()
+        for proc in reversed(procs.values()):
+            proc.stop()
+
+
+def _taking() -> tuple[list[int], Callable[[Delivery], None]]:
+    """The numbers of the orders delivered, and the callback that collects them."""
+    got: list[int] = []
+
+    def take(delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        got.append(int(delivery.publication.attributes["n"]))
+
+    return got, take
 
 
 async def test_hybrid_and_historic_subscriptions_with_publishers_running(
@@ -199,12 +231,7 @@ async def test_a_hybrid_subscription_whose_broker_is_killed_resumes_without_gap_
             await _offers_reach(manager, 1)
             await shop.advertise(ORDERS)
             await asyncio.sleep(0.5)  # the database's subscription reaches A
-            got: list[int] = []
-
-            def take(delivery: Delivery) -> None:
-                assert isinstance(delivery, Notify)
-                got.append(int(delivery.publication.attributes["n"]))
-
+            got, take = _taking()
             hybrid = await manager.subscribe(f"{ORDERS},[time,>=,'{start.isoformat()}']", take)
             total = 600
             for n in range(total):
@@ -230,26 +257,14 @@ async def test_a_hybrid_subscription_gets_what_a_killed_broker_on_its_path_kept_
     them, is killed while orders flow, and started again: the database stored every order,
     and once B is back C asks it again for the past since the link was lost. The subscriber
     gets each order once, in order."""
-    a = BrokerProcess("A", options=["--heartbeat", "1"])
-    url_a = a.start()
-    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
-    url_b = b.start()
-    c = BrokerProcess("C", neighbours=[url_b], options=["--heartbeat", "1"])
-    url_c = c.start()
-    db = DatabaseProcess("D", url_a, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
-    db.start()
     start = datetime.now(UTC) - timedelta(seconds=1)
-    try:
+    with _chain(tmp_path, "A") as procs:
+        b, url_a, url_c = procs["B"], procs["A"].url, procs["C"].url
         async with Client(url_a, "shop") as shop, Client(url_c, "manager") as manager:
             await _offers_reach(manager, 1)
             await shop.advertise(ORDERS)
             await asyncio.sleep(0.5)  # the database's subscription reaches A
-            got: list[int] = []
-
-            def take(delivery: Delivery) -> None:
-                assert isinstance(delivery, Notify)
-                got.append(int(delivery.publication.attributes["n"]))
-
+            got, take = _taking()
             hybrid = await manager.subscribe(f"{ORDERS},[time,>=,'{start.isoformat()}']", take)
             await hybrid.replayed(timeout=20)
             total = 600
@@ -272,9 +287,6 @@ async def test_a_hybrid_subscription_gets_what_a_killed_broker_on_its_path_kept_
                 raise AssertionError(f"{len(missing)} missing: {missing[:20]}...") from None
             await asyncio.sleep(1.0)  # anything sent twice would have come by now
             assert got == list(range(total))  # each once, in order
-    finally:
-        for proc in (db, c, b, a):
-            proc.stop()
 
 
 async def test_a_hybrid_subscription_loses_nothing_stored_when_the_publishers_broker_dies(
@@ -284,16 +296,9 @@ async def test_a_hybrid_subscription_loses_nothing_stored_when_the_publishers_br
     subscriber at C. A is killed while orders flow: the shop fails over to B and advertises
     again (a new tree). What A held when it died is lost to everyone; of the rest, the
     subscriber gets exactly what the database stored, each once."""
-    a = BrokerProcess("A", options=["--heartbeat", "1"])
-    url_a = a.start()
-    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
-    url_b = b.start()
-    c = BrokerProcess("C", neighbours=[url_b], options=["--heartbeat", "1"])
-    url_c = c.start()
-    db = DatabaseProcess("D", url_b, f"sqlite:///{tmp_path / 'd.sqlite'}", stores=[ORDERS])
-    db.start()
     start = datetime.now(UTC) - timedelta(seconds=1)
-    try:
+    with _chain(tmp_path, "B") as procs:
+        a, url_a, url_b, url_c = procs["A"], procs["A"].url, procs["B"].url, procs["C"].url
         async with (
             Client([url_a, url_b], "shop", reconnect=True, timeout=30) as shop,
             Client(url_c, "manager") as manager,
@@ -301,12 +306,7 @@ async def test_a_hybrid_subscription_loses_nothing_stored_when_the_publishers_br
             await _offers_reach(manager, 1)
             await shop.advertise(ORDERS)
             await asyncio.sleep(0.5)  # the database's subscription reaches A
-            got: list[int] = []
-
-            def take(delivery: Delivery) -> None:
-                assert isinstance(delivery, Notify)
-                got.append(int(delivery.publication.attributes["n"]))
-
+            got, take = _taking()
             window = f"[time,>=,'{start.isoformat()}']"
             hybrid = await manager.subscribe(f"{ORDERS},{window}", take)
             await hybrid.replayed(timeout=20)
@@ -332,6 +332,3 @@ async def test_a_hybrid_subscription_loses_nothing_stored_when_the_publishers_br
             await asyncio.sleep(1.0)  # anything sent twice would have come by now
             assert len(got) == len(set(got))  # nothing twice
             assert set(stored) <= set(got)  # nothing the database stored is missing
-    finally:
-        for proc in (db, c, b, a):
-            proc.stop()
