@@ -83,3 +83,30 @@ async def test_an_administrator_closes_a_client() -> None:
         assert missing.status_code == 404
     finally:
         broker.stop()
+
+
+async def test_a_rest_subscription_nobody_reads_is_removed_after_a_while() -> None:
+    """``--rest-idle 2``: a plain REST subscription no stream read for 2 s is removed, and
+    says why; one a stream reads stays."""
+    broker = BrokerProcess("D3", options=["--rest-idle", "2"])
+    broker.start()
+    base = f"http://127.0.0.1:{broker.port}/api/v1"
+    try:
+        made = [
+            httpx.post(f"{base}/subscriptions", json={"filter": "[class,eq,'T']"}).json()["id"]
+            for _ in range(2)
+        ]
+        read = made[1]
+        events = f"{base}/subscriptions/{read}/events"
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream("GET", events) as stream,
+        ):
+            assert stream.status_code == 200
+            await asyncio.sleep(4)  # two seconds unread, and one more for the check
+            gone = await http.get(f"{base}/subscriptions/{made[0]}")
+            assert gone.status_code == 404
+            assert "no stream read it for 2 s" in gone.json()["detail"]
+            assert (await http.get(f"{base}/subscriptions/{read}")).status_code == 200
+    finally:
+        broker.stop()

@@ -41,7 +41,7 @@ def install(node: BrokerNode) -> None:
     tracer = Tracer(metrics, private=PRIVATE)
     overlay = Overlay(clients, metrics, tracer)
     node.observers += [metrics.observe, tracer.observe, overlay.observe]
-    node.services.append(overlay.run)
+    node.services += [overlay.run, clients.expire]
     install_handlers(app)
     # The monitor page of one broker reads the routing tables of the others (with accounts,
     # the page's ?access_token= goes along: see web.auth).

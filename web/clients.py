@@ -87,6 +87,8 @@ OPEN_PER_ACCOUNT: Final = 64
 """REST subscriptions one account (or, without accounts, the API) may have open at once:
 plain ones, and durable ones while a stream reads them. With ``LIVE_QUEUE`` and
 ``READ_AHEAD``, this bounds the memory one account's REST subscriptions hold."""
+IDLE_CHECK: Final = 1.0
+"""Seconds between two looks for REST subscriptions left unread (``Clients.expire``)."""
 PUBLISHERS_PER_ACCOUNT: Final = 64
 """Named publishers (``?client=``) one account (or the API) may keep at once."""
 
@@ -115,6 +117,8 @@ class RestSubscription:
     handle: SubscriptionHandle | None = None
     reading: bool = False
     """Whether a stream reads it now (one at a time)."""
+    read: float = field(default_factory=time.monotonic)
+    """When it was made, or a stream last stopped reading it (``time.monotonic()``)."""
     delivered: int = field(default=0)
     """Deliveries handed to streams so far."""
     owner: str = ""
@@ -392,6 +396,22 @@ class Clients:
                 yield self._read(sub, sub.client, sub.handle)
         finally:
             sub.reading = False
+            sub.read = time.monotonic()
+
+    async def expire(self) -> None:
+        """Remove, every ``IDLE_CHECK`` seconds, the plain subscriptions no stream has read
+        for ``Limits.rest_idle`` seconds (a durable one waits at the broker, as for any
+        client)."""
+        while True:
+            await asyncio.sleep(IDLE_CHECK)
+            idle = self.node.limits.rest_idle
+            now = time.monotonic()
+            for sub in list(self.subscriptions.values()):
+                if sub.durable or sub.reading or now - sub.read < idle:
+                    continue
+                if sub.client is not None:
+                    await sub.client.close()
+                self._end(sub.id, f"no stream read it for {idle:g} s")
 
     async def _read(
         self, sub: RestSubscription, client: Client, handle: SubscriptionHandle

@@ -78,6 +78,14 @@ def register(commands: Any) -> None:
         f"until every link queue is under half of it (default {defaults.pause_at / MIB:g})",
     )
     p.add_argument(
+        "--rest-idle",
+        type=positive(float),
+        default=defaults.rest_idle,
+        metavar="SECONDS",
+        help="seconds a plain subscription made over the web API may go unread before it is "
+        f"removed (default {defaults.rest_idle:g})",
+    )
+    p.add_argument(
         "--drain-within",
         type=positive(float),
         default=defaults.drain_within,
@@ -218,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
         refusals_per_second=args.max_refusals,
         refusals_burst=int(10 * args.max_refusals),
         drain_within=args.drain_within,
+        rest_idle=args.rest_idle,
     )
     tls = _tls(args)
     node = BrokerNode(

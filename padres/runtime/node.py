@@ -151,6 +151,9 @@ class Limits:
     strangers: int | None = None
     """Such connections in all, at most (None: ``strangers.default_total()``, a quarter of
     the file descriptors the process may open, 4,096 at most)."""
+    rest_idle: float = 600.0
+    """Seconds a plain subscription made over the web API may go unread (no stream reading it)
+    before it is removed: a REST client that went away does not hold one for ever."""
     drain_within: float = 10.0
     """Seconds a broker told to stop (SIGTERM) waits for its clients to leave and its queues
     to empty before it closes what is left."""
