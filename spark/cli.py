@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from padres.cli.bench import data_and_json, show
 from padres.cli.credentials import add_credential_options, credentials
@@ -22,6 +23,9 @@ from padres.model.printer import format_message
 from padres.model.times import format_time, parse_time
 from spark.errors import AlreadyLoaded
 from spark.session import DEFAULT_LOG, LOG_LEVELS
+
+if TYPE_CHECKING:
+    from spark.archive import Archive
 
 DEFAULT_BROKER = "ws://127.0.0.1:8001"
 
@@ -180,18 +184,29 @@ def run_load(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _existing(args: argparse.Namespace) -> Iterator[Archive]:
+    """The archive ``--archive`` names, which must exist already; closed afterwards."""
+    from spark.archive import Archive
+
+    if not args.archive.is_dir():
+        raise CommandError(f"--archive: {args.archive} is not a directory")
+    archive = Archive(args.archive, args.catalog)
+    try:
+        yield archive
+    finally:
+        archive.close()
+
+
 def run_query(args: argparse.Namespace) -> int:
-    from spark.archive import LOCAL_ROWS, Archive
+    from spark.archive import LOCAL_ROWS
     from spark.query import spark_query
 
     try:
         flt = parse_filter(args.filter)
     except ParseError as exc:
         raise CommandError(f"FILTER: {exc}") from None
-    if not args.archive.is_dir():
-        raise CommandError(f"--archive: {args.archive} is not a directory")
-    archive = Archive(args.archive, args.catalog)
-    try:
+    with _existing(args) as archive:
         plan = archive.plan(flt)
         files = archive.files(flt.class_name) if args.full_scan else plan.read
         local = args.local or (not args.spark and sum(f.rows for f in files) <= LOCAL_ROWS)
@@ -207,8 +222,6 @@ def run_query(args: argparse.Namespace) -> int:
                 spark_log=args.spark_log,
             )
             pubs, read, of = result.publications, result.files_read, result.files
-    finally:
-        archive.close()
     by = "pyarrow" if local else "Spark"
     _progress(f"{len(pubs):,} matches; read {read} of the class's {of} files with {by}")
     if args.count:
@@ -224,13 +237,9 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def run_files(args: argparse.Namespace) -> int:
-    from spark.archive import Archive
     from spark.progress import size
 
-    if not args.archive.is_dir():
-        raise CommandError(f"--archive: {args.archive} is not a directory")
-    archive = Archive(args.archive, args.catalog)
-    try:
+    with _existing(args) as archive:
         for held in archive.classes():
             print(
                 f"{held.class_name}: {held.rows:,} publications in {held.files} files, "
@@ -251,18 +260,11 @@ def run_files(args: argparse.Namespace) -> int:
                     f"modified {format_time(i.modified.replace(microsecond=0))}  "
                     f"sha256 {i.sha256[:16]}"
                 )
-    finally:
-        archive.close()
     return 0
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from spark.archive import Archive
-
-    if not args.archive.is_dir():
-        raise CommandError(f"--archive: {args.archive} is not a directory")
-    archive = Archive(args.archive, args.catalog)
-    try:
+    with _existing(args) as archive:
         known = {record.load for record in archive.loads()}
         unknown = [load for load in args.loads if load not in known]
         if unknown:
@@ -273,8 +275,6 @@ def run_remove(args: argparse.Namespace) -> int:
         for load in dict.fromkeys(args.loads):
             record, paths = archive.remove(load)
             print(f"removed load {load}: {record.rows:,} rows in {len(paths)} files")
-    finally:
-        archive.close()
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from padres.client.connection import Delivery
-from padres.model.protocol import Notify
+from padres.model.protocol import Notify, http_url
 from padres.runtime.backoff import Backoff
 
 __all__ = ["Numbers", "Proxy", "eventually", "health", "wait_linked"]
@@ -39,7 +39,7 @@ async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float
 def health(url: str, admin: tuple[str, str] | None = None) -> dict[str, Any]:
     """``/health`` of the broker at ``url`` (its ``ws://`` address); of a broker with accounts,
     the same figures from ``/api/v1/broker`` as the administrator ``admin`` (user, password)."""
-    base = url.replace("ws://", "http://").replace("/ws", "")
+    base = http_url(url)
     if admin is None:
         with urllib.request.urlopen(f"{base}/health") as r:
             return orjson.loads(r.read())  # type: ignore[no-any-return]

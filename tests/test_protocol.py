@@ -73,6 +73,7 @@ from padres.model.protocol import (
     Welcome,
     decode_frame,
     encode_frame,
+    http_url,
     websocket_url,
 )
 
@@ -221,6 +222,7 @@ def test_websocket_url_accepts_both_forms() -> None:
 )
 def test_a_broker_address_is_taken_as_users_write_it(given: str, endpoint: str) -> None:
     assert websocket_url(given) == endpoint
+    assert http_url(given) == endpoint.replace("ws", "http", 1).removesuffix("/ws")
 
 
 @pytest.mark.parametrize("given", ["ftp://h:1", "ws://", "", "/ws"])

@@ -14,14 +14,14 @@ import orjson
 from padres.client.connection import Client
 from padres.errors import ConnectionLost
 from padres.model.messages import Publication
+from padres.model.protocol import http_url
 from padres.testing.processes import BrokerProcess, free_ports
 from tests.support import Numbers, eventually, health
 
 
 def _ready(url: str) -> tuple[int, dict[str, Any]]:
-    base = url.replace("ws://", "http://").replace("/ws", "")
     try:
-        with urllib.request.urlopen(f"{base}/ready") as r:
+        with urllib.request.urlopen(f"{http_url(url)}/ready") as r:
             return r.status, orjson.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, orjson.loads(exc.read())

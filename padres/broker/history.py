@@ -260,22 +260,24 @@ class History:
         """``tree`` was lost with a failed link: the hybrid feeds following it will ask for
         the past again once it is back."""
         now = self._clock()
-        for _, feed in self._following(tree):
+        for feed in self._following(tree, lost=False):
             feed.lost.setdefault(tree.id, now)
 
     def tree_found(self, tree: Tree) -> None:
         """``tree`` (an advertisement tree, or a database's offer) came: the feeds that lost
         trees it overlaps are due a repair, at the next tick."""
-        for _, feed in self._following(tree):
-            if feed.lost:
-                feed.due = True
+        for feed in self._following(tree, lost=True):
+            feed.due = True
 
-    def _following(self, tree: Tree) -> Iterator[tuple[str, Feed]]:
-        """The hybrid feeds (part id, feed) whose filter overlaps ``tree``."""
+    def _following(self, tree: Tree, *, lost: bool) -> Iterator[Feed]:
+        """The hybrid feeds whose filter overlaps ``tree``; with ``lost``, only those owed a
+        repair (the only ones an arriving tree concerns: no overlap is tested for the rest)."""
         for pid, gid in self.parts.items():
             feed = self.watches[gid].feeds[pid]
+            if lost and not feed.lost:
+                continue
             if feed.live and self.archives.tree_overlaps(tree, self._filters[pid]):
-                yield pid, feed
+                yield feed
 
     def _repair(self, now: float) -> list[Out]:
         """Ask the past again for the feeds due a repair (and no longer replaying): from the

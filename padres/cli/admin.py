@@ -15,7 +15,7 @@ from typing import Any, Final
 from padres.cli.client import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.errors import CommandError
-from padres.model.protocol import websocket_url
+from padres.model.protocol import http_url
 from padres.security.tls import client_context
 
 __all__ = ["register"]
@@ -95,8 +95,7 @@ def run_close(args: argparse.Namespace) -> int:
 def _call(args: argparse.Namespace, method: str, path: str) -> Any:
     """One request to the broker's web API, as the administrator the options name; its
     problem's detail as a ``CommandError`` if it fails."""
-    endpoint = websocket_url(args.broker)
-    base = "https" + endpoint[3:-3] if endpoint.startswith("wss") else "http" + endpoint[2:-3]
+    base = http_url(args.broker)
     request = urllib.request.Request(f"{base}/api/v1{path}", method=method)
     given = credentials(args)
     if given.token:

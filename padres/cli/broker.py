@@ -45,53 +45,49 @@ def register(commands: Any) -> None:
         "--heartbeat", type=float, default=5.0, help="seconds between pings on every link"
     )
     defaults = Limits()
-    p.add_argument(
+    _limit(
+        p,
         "--client-queue",
-        type=positive(float),
-        default=defaults.client_queue / MIB,
-        metavar="MIB",
-        help="MiB queued for a client that reads too slowly before messages to it are dropped "
-        f"(default {defaults.client_queue / MIB:g})",
+        defaults.client_queue / MIB,
+        "MIB",
+        "MiB queued for a client that reads too slowly before messages to it are dropped",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--evict-after",
-        type=positive(float),
-        default=defaults.evict_after,
-        metavar="SECONDS",
-        help="seconds a client may stay over its queue limit before it is disconnected "
-        f"(default {defaults.evict_after:g})",
+        defaults.evict_after,
+        "SECONDS",
+        "seconds a client may stay over its queue limit before it is disconnected",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--link-queue",
-        type=positive(float),
-        default=defaults.link_queue / MIB,
-        metavar="MIB",
-        help="MiB queued for a neighbour broker before the link is closed and resynchronised "
-        f"(default {defaults.link_queue / MIB:g})",
+        defaults.link_queue / MIB,
+        "MIB",
+        "MiB queued for a neighbour broker before the link is closed and resynchronised",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--pause-at",
-        type=positive(float),
-        default=defaults.pause_at / MIB,
-        metavar="MIB",
-        help="MiB queued for a neighbour at which the broker stops reading from its clients, "
-        f"until every link queue is under half of it (default {defaults.pause_at / MIB:g})",
+        defaults.pause_at / MIB,
+        "MIB",
+        "MiB queued for a neighbour at which the broker stops reading from its clients, "
+        "until every link queue is under half of it",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--rest-idle",
-        type=positive(float),
-        default=defaults.rest_idle,
-        metavar="SECONDS",
-        help="seconds a plain subscription made over the web API may go unread before it is "
-        f"removed (default {defaults.rest_idle:g})",
+        defaults.rest_idle,
+        "SECONDS",
+        "seconds a plain subscription made over the web API may go unread before it is removed",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--drain-within",
-        type=positive(float),
-        default=defaults.drain_within,
-        metavar="SECONDS",
-        help="seconds a broker told to stop (SIGTERM) gives its clients to move elsewhere and "
-        f"its queues to empty before it closes what is left (default {defaults.drain_within:g})",
+        defaults.drain_within,
+        "SECONDS",
+        "seconds a broker told to stop (SIGTERM) gives its clients to move elsewhere and "
+        "its queues to empty before it closes what is left",
     )
     p.add_argument(
         "--data",
@@ -130,30 +126,39 @@ def register(commands: Any) -> None:
 
 
 def _limit_options(p: argparse.ArgumentParser, defaults: Limits) -> None:
-    p.add_argument(
+    _limit(
+        p,
         "--max-frame",
-        type=positive(float),
-        default=defaults.frame_bytes / MIB,
-        metavar="MIB",
-        help="MiB of a frame beyond which it is refused; four times that closes the connection "
-        f"(default {defaults.frame_bytes / MIB:g})",
+        defaults.frame_bytes / MIB,
+        "MIB",
+        "MiB of a frame beyond which it is refused; four times that closes the connection",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--max-frame-messages",
-        type=positive(int),
-        default=defaults.frame_messages,
-        metavar="N",
-        help=f"messages of a frame beyond which it is refused (default {defaults.frame_messages})",
+        defaults.frame_messages,
+        "N",
+        "messages of a frame beyond which it is refused",
     )
-    p.add_argument(
+    _limit(
+        p,
         "--max-refusals",
-        type=positive(float),
-        default=defaults.refusals_per_second,
-        metavar="N",
-        help="refused messages a client may cause a second, on average, with a burst of ten "
+        defaults.refusals_per_second,
+        "N",
+        "refused messages a client may cause a second, on average, with a burst of ten "
         "times as many; past that its frames are read more slowly, and a client slowed for "
-        f"{defaults.refusals_slowed:g} s on end is disconnected "
-        f"(default {defaults.refusals_per_second:g})",
+        f"{defaults.refusals_slowed:g} s on end is disconnected",
+    )
+
+
+def _limit(p: argparse.ArgumentParser, flag: str, default: float, metavar: str, what: str) -> None:
+    """An option of a positive limit: ``what`` it is, its default said after."""
+    p.add_argument(
+        flag,
+        type=positive(type(default)),
+        default=default,
+        metavar=metavar,
+        help=f"{what} (default {default:g})",
     )
 
 

@@ -104,6 +104,7 @@ __all__ = [
     "encode_frame",
     "envelope_from_dict",
     "envelope_to_dict",
+    "http_url",
     "websocket_url",
 ]
 
@@ -825,3 +826,10 @@ def websocket_url(url: str) -> str:
         )
     endpoint = f"{scheme}://{rest}"
     return endpoint if endpoint.endswith("/ws") else f"{endpoint}/ws"
+
+
+def http_url(url: str) -> str:
+    """The base of a broker's HTTP endpoints (``/health``, ``/ready``, the web API) from any
+    address ``websocket_url`` takes: ``http://host:port``, or ``https://`` for TLS."""
+    endpoint = websocket_url(url).removesuffix("/ws")
+    return "http" + endpoint.removeprefix("ws")

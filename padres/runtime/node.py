@@ -437,11 +437,11 @@ class BrokerNode:
         started = time.monotonic()
         deadline = started + self.limits.drain_within
         notice = encode(GoingAway(self.broker.id, "the broker is shutting down"))
-        told = [
-            hop
-            for hop, c in self._connections.items()
-            if hop in self.broker.sessions and c.address and c.queue.put(notice)
-        ]
+        told: list[str] = []
+        for hop, connection in self._connections.items():
+            # Clients over the network; those in this process (the web API's) stay to the end.
+            if hop in self.broker.sessions and connection.address and connection.queue.put(notice):
+                told.append(hop)
         log.info("%s: shutting down: %d clients asked to go elsewhere", self.broker.id, len(told))
         while time.monotonic() < deadline and any(hop in self._connections for hop in told):
             await asyncio.sleep(0.02)
