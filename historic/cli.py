@@ -11,6 +11,7 @@ from typing import Any
 from padres.cli.bench import data_and_json, show
 from padres.cli.client import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.detach import add_detach_option, announce
 from padres.cli.logs import add_log_options
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.cli.settings import add_settings_options
@@ -48,6 +49,7 @@ def register(commands: Any) -> None:
         "against (default: the system's trusted authorities)",
     )
     add_log_options(p)
+    add_detach_option(p, "it is attached to its broker and stores", log="{id}.log")
     add_credential_options(p, "the node")
     add_settings_options(p, "PADRES_DB_")
     p.set_defaults(run=run)
@@ -79,9 +81,9 @@ async def _serve(args: argparse.Namespace) -> int:
         for spec in specs:
             await node.store_spec(spec)
         collector.freeze()
-        print(
-            f"database {args.id} attached to {client.broker}, storing into {store.url}", flush=True
-        )
+        attached = f"database {args.id} attached to {client.broker}, storing into {store.url}"
+        print(attached, flush=True)
+        announce(attached)
         await until_stopped()
     return 0
 

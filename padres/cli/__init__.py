@@ -20,6 +20,7 @@ from padres.cli import (
     schema,
     user,
 )
+from padres.cli.detach import detach, detached
 from padres.cli.plugins import plug_in
 from padres.cli.settings import configured, preset, shown
 from padres.errors import PadresError, missing
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is not None and args.print_config:
         print(shown(command, args))
         return 0
+    if getattr(args, "detach", False) and not detached():
+        return detach(args, words)
     try:
         code: int = args.run(args)
     except PadresError as exc:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from padres.broker.journal import Journal
 from padres.broker.sqlite_journal import SqliteJournal, Sync
 from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.detach import WAIT, add_detach_option, announce, detached
 from padres.cli.inputs import positive
 from padres.cli.logs import add_log_options, setup_logging
 from padres.cli.settings import add_settings_options
@@ -120,6 +122,7 @@ def register(commands: Any) -> None:
     _limit_options(p, defaults)
     _tls_options(p)
     add_log_options(p)
+    add_detach_option(p, "it is ready (neighbours linked)", log="{id}.log")
     add_credential_options(p, "this broker, linking to its neighbours,")
     add_settings_options(p, "PADRES_BROKER_")
     p.set_defaults(run=run)
@@ -244,9 +247,14 @@ def run(args: argparse.Namespace) -> int:
     )
     scheme = "ws" if tls is None else "wss"
 
+    announcing: list[asyncio.Task[None]] = []
+
     def ready(port: int) -> None:
         collector.freeze()
-        print(f"broker {args.id} listening on {scheme}://{args.host}:{port}/ws", flush=True)
+        url = f"{scheme}://{args.host}:{port}/ws"
+        print(f"broker {args.id} listening on {url}", flush=True)
+        if detached():
+            announcing.append(asyncio.get_running_loop().create_task(_announce(node, url)))
 
     try:
         _run_loop(node.serve(args.host, args.port, ready))
@@ -257,6 +265,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"padres broker: stopped: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _announce(node: BrokerNode, url: str, wait: float = WAIT / 2) -> None:
+    """Tell the command that detached this broker that it is ready, once it is linked to
+    its neighbours (or after ``wait`` seconds, saying which it is not linked to yet)."""
+    deadline = time.monotonic() + wait
+    while not node.readiness()["ready"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    state = node.readiness()
+    if state["ready"]:
+        announce(f"broker {node.broker.id} ready at {url}")
+    else:
+        missing = ", ".join(state.get("missing", ())) or "its neighbours"
+        announce(f"broker {node.broker.id} listening at {url}, not linked yet to {missing}")
 
 
 def _run_loop(main: Any) -> None:

@@ -15,6 +15,7 @@ import orjson
 from msgspec.structs import replace
 
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.detach import add_detach_option, announce, detached
 from padres.cli.inputs import positive, read_lines
 from padres.client.connection import Client, Delivery
 from padres.errors import (
@@ -111,6 +112,7 @@ def register(commands: Any) -> None:
         help="which publications of transactions to print: on_commit (committed ones, the "
         "default), immediate (each at once, then its outcome), on_abort (aborted ones)",
     )
+    add_detach_option(s, "the subscription is in place (deliveries go to standard output)")
     s.set_defaults(run=run_sub)
 
 
@@ -331,7 +333,11 @@ async def _sub(args: argparse.Namespace) -> int:
             handle = await client.subscribe(message.filter, id=message.id, visibility=visibility)
         else:  # pragma: no cover - parse_line returned what was asked
             raise CommandError("not a subscription")
-        print(f"subscribed {handle.id} at {client.broker}", file=sys.stderr, flush=True)
+        subscribed = f"subscribed {handle.id} at {client.broker}"
+        if detached():
+            announce(subscribed)  # the detaching command prints it
+        else:
+            print(subscribed, file=sys.stderr, flush=True)
         while args.count is None or received < args.count:
             try:
                 delivery = await handle.get(args.timeout)
