@@ -1,5 +1,6 @@
 """The monitor page in a headless Chromium (Playwright), against a real overlay: the topology,
-a trace, the routing tables, the history console, and a broker that stops.
+a trace, the routing tables, the history console, connections and durable subscriptions with
+their actions, and a broker that stops.
 
 Chromium is Debian's ``chromium`` package, launched by its path (``PADRES_CHROMIUM`` overrides
 it); the tests are skipped, saying why, where there is none. Screenshots are saved in
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from padres import BlockingClient
 from tests.test_web_api import ORDERS, WebOverlay, eventually, web_overlay
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
@@ -150,7 +152,7 @@ def test_a_trace_shows_the_path_and_the_matched_subscriptions(
     assert hops[1] == f"B3: from B2 → no broker; matched {sub['id']} (web-{sub['id']}@B3)"
 
     # B1's subscription routing table holds post's advertisement and desk's, from B2.
-    page.select_option("#routing-broker", "B1")
+    page.select_option("#broker-choice", "B1")
     page.select_option("#routing-table", "srt")
     page.fill("#routing-search", "parcel")
     page.click("#routing-form button")
@@ -195,12 +197,62 @@ def test_the_history_console_shows_the_stored_rows(
     page.screenshot(path=str(shots / "monitor.png"), full_page=True)
 
 
-def test_a_broker_that_stops_disappears(overlay: WebOverlay, page: Any, shots: Path) -> None:
+def test_a_durable_subscriptions_lag_shows_and_it_can_be_deleted_from_the_page(
+    overlay: WebOverlay, page: Any, shots: Path
+) -> None:
+    """Its lag grows while its client is away and falls when the client is back and takes
+    what waited; the page's Delete removes it at its broker."""
+    url = overlay.brokers["B2"].url
+    page.select_option("#broker-choice", "B2")
+    with BlockingClient(url, name="clerk") as clerk:
+        clerk.subscribe("[class,eq,'Invoice']", durable="invoices")
+    with BlockingClient(url, name="billing") as billing:
+        billing.advertise("[class,eq,'Invoice'],[n,isPresent,0]")
+        for n in range(7):
+            billing.publish({"class": "Invoice", "n": n}, guaranteed=True)
+        billing.flush()
+    clerk_row = "#durable-rows tr[data-durable='clerk@B2/invoices']"
+    page.wait_for_function(
+        f"(document.querySelector(\"{clerk_row}\")?.children[3].textContent) == '7'",
+        timeout=WAIT_MS,
+    )
+    assert page.inner_text(f"{clerk_row} td:nth-child(3)").startswith("away")
+    page.screenshot(path=str(shots / "durables.png"), full_page=True)
+
+    with BlockingClient(url, name="clerk") as clerk:  # back: it takes and acknowledges all
+        invoices = clerk.subscribe("[class,eq,'Invoice']", durable="invoices")
+        got = [n.publication.attributes["n"] for n in clerk.deliveries(invoices, timeout=10)][:7]
+        assert got == list(range(7))
+        page.wait_for_function(
+            f"(document.querySelector(\"{clerk_row}\")?.children[3].textContent) == '0'",
+            timeout=WAIT_MS,
+        )
+        assert page.inner_text(f"{clerk_row} td:nth-child(3)") == "connected"
+        connections = page.locator("#connection-rows tbody tr").all_inner_texts()
+        assert any(r.startswith("clerk@B2\t127.0.0.1") for r in connections), connections
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click(f"{clerk_row} button")
+    page.wait_for_function(f'!document.querySelector("{clerk_row}")', timeout=WAIT_MS)
+    left = httpx.get(f"{overlay.http('B2')}/api/v1/durables").json()
+    assert [d for d in left if d["owner"] == "clerk@B2"] == []
+
+
+def test_a_broker_that_stops_shows_as_down(overlay: WebOverlay, page: Any, shots: Path) -> None:
     overlay.stop("B3")
     _counts_are(page, 2, 1)
-    page.wait_for_function("window.monitor.cy.getElementById('b:B3').empty()", timeout=WAIT_MS)
+    page.wait_for_function(
+        "document.getElementById('down-summary').textContent == ' (1 down)'", timeout=WAIT_MS
+    )
     graph = _graph(page)
-    assert graph["broker"] == ["b:B1", "b:B2"] and graph["link"] == ["l:B1|B2"]
+    assert graph["broker"] == ["b:B1", "b:B2", "b:B3"] and graph["link"] == ["l:B1|B2"]
+    assert page.evaluate("window.monitor.cy.getElementById('b:B3').hasClass('down')")
+    rows = page.locator("#broker-rows tbody tr").all_inner_texts()
+    assert rows[-1].startswith("B3\tdown, last seen "), rows
+    assert any(
+        a.endswith("B3 is down") or " B3 is down (last seen" in a
+        for a in (page.locator("#alarms li").all_inner_texts())
+    )
     page.screenshot(path=str(shots / "stopped.png"), full_page=True)
 
 
@@ -237,7 +289,7 @@ def test_the_page_of_a_broker_with_accounts_reads_every_broker_with_its_token(
             tab.on("pageerror", lambda exc: errors.append(str(exc)))
             tab.goto(f"{base}/?access_token={token}")
             _counts_are(tab, 2, 1)
-            tab.select_option("#routing-broker", "S2")
+            tab.select_option("#broker-choice", "S2")
             tab.select_option("#routing-table", "srt")
             tab.click("#routing-form button")
             tab.wait_for_function(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any, Final, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -58,7 +61,23 @@ def broker_info(clients: Clients) -> dict[str, Any]:
         ],
         "queues": {k: status[k] for k in ("queued", "queued_bytes", "dropped", "evicted")},
         "status": status,
+        "version": version("padres"),
+        "settings": {**asdict(node.limits), "heartbeat": node.heartbeat},
     }
+
+
+def named_hops(row: str, names: dict[str, str]) -> str:
+    """A routing row with the hops of its ``from=`` and ``to=`` written as the brokers and
+    clients on them."""
+
+    def name(found: re.Match[str]) -> str:
+        hops = found.group(2).split(",")
+        return f"{found.group(1)}={','.join(names.get(hop, hop) for hop in hops)}"
+
+    return _HOPS.sub(name, row)
+
+
+_HOPS: Final = re.compile(r"\b(from|to)=(\S+)")
 
 
 def databases(clients: Clients) -> dict[str, list[str]]:
@@ -91,7 +110,8 @@ def router(clients: Clients) -> APIRouter:
     ) -> dict[str, Any]:
         """A routing table of this broker, searchable, a page at a time."""
         asking = await clients.publisher("web")
-        rows = list(await asking.query(TABLES[table]))
+        names = peer_names(clients)
+        rows = [named_hops(row, names) for row in await asking.query(TABLES[table])]
         if search:
             rows = [r for r in rows if search.lower() in r.lower()]
         offset = 0

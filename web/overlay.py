@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any, Final
 
 import orjson
@@ -45,6 +46,10 @@ IDLE: Final = 60.0
 """Seconds after the last request for the overlay that this broker stops watching it."""
 WATCH: Final = "MONITOR_WATCH"
 FORGET: Final = 3.5
+"""Seconds without a report after which a broker is shown down."""
+DOWN_MEMORY: Final = 24 * 3600.0
+DOWN_MOST: Final = 1000
+"""A broker shown down is shown for a day at most, and at most this many of them."""
 FIRST_ROUND: Final = 3 * PERIOD
 """Seconds the first request after a quiet time waits for the brokers' first reports."""
 RETRY: Final = 1.0
@@ -69,6 +74,8 @@ class Overlay:
         self.tracer = tracer
         self.brokers: dict[str, dict[str, Any]] = {}
         self._heard: dict[str, float] = {}
+        self.down: dict[str, dict[str, Any]] = {}
+        """Brokers not heard from for ``FORGET`` seconds: their last report, oldest first."""
         self._count = 0
         self._asked = -IDLE
         """When (``time.monotonic()``) the overlay was last asked for here."""
@@ -118,7 +125,10 @@ class Overlay:
             "uptime": status["uptime"],
             "queued_bytes": status["queued_bytes"],
             "dropped": status["dropped"],
+            "evicted": status["evicted"],
+            "rejected": status["rejected"],
             "publications": self.metrics.totals,
+            "version": version("padres"),
             "time": time.time(),
         }
 
@@ -167,6 +177,10 @@ class Overlay:
         ]
         return {
             "brokers": [self.brokers[b] for b in brokers],
+            "down": [
+                {"id": b, "url": info.get("url", ""), "last_seen": info.get("time")}
+                for b, info in sorted(self.down.items())
+            ],
             "links": [{"source": a, "target": b} for a, b in links],
             "clients": clients,
             "databases": [
@@ -176,10 +190,19 @@ class Overlay:
         }
 
     def _forget(self) -> None:
+        """Brokers silent for ``FORGET`` seconds go down; those down for too long go."""
         now = time.monotonic()
         for b in [b for b, at in self._heard.items() if now - at > FORGET]:
             del self._heard[b]
-            self.brokers.pop(b, None)
+            info = self.brokers.pop(b, None)
+            if info is not None:
+                self.down.pop(b, None)
+                self.down[b] = info
+        long_ago = time.time() - DOWN_MEMORY
+        for b in [b for b, info in self.down.items() if info.get("time", 0) < long_ago]:
+            del self.down[b]
+        while len(self.down) > DOWN_MOST:
+            del self.down[next(iter(self.down))]
 
     def _heard_from(self, pub: Publication) -> None:
         text = pub.attributes.get("info")
@@ -192,6 +215,7 @@ class Overlay:
         if isinstance(info, dict) and isinstance(info.get("id"), str):
             self.brokers[info["id"]] = info
             self._heard[info["id"]] = time.monotonic()
+            self.down.pop(info["id"], None)
 
     async def run(self) -> None:
         """Publish this broker's info and learn everyone's while the overlay is watched."""

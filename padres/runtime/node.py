@@ -569,10 +569,17 @@ class BrokerNode:
         await self._hang_up(hop)
 
     def queues(self) -> dict[str, dict[str, Any]]:
-        """Every connection's queue now: hop -> its counts, bytes and messages queued, and
-        whether it is a link to a neighbour."""
+        """Every connection's queue now: hop -> its counts, bytes and messages queued,
+        whether it is a link to a neighbour, the address it came from ("" for one dialled or
+        attached in this process) and since when (``time.time()``)."""
+        now, wall = time.monotonic(), time.time()
         return {
-            hop: {**c.queue.statistics()._asdict(), "link": c.link}
+            hop: {
+                **c.queue.statistics()._asdict(),
+                "link": c.link,
+                "address": c.address,
+                "since": round(wall - (now - c.opened), 3),
+            }
             for hop, c in self._connections.items()
         }
 
