@@ -321,11 +321,9 @@ def test_a_first_contact_compares_no_two_brokers_clocks(skew: float) -> None:
     assert [n for _, n in sub.got] == list(range(20, 40))
 
 
-def test_a_durable_queue_over_its_limit_discards_the_oldest_and_says_so(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(durable, "MAX_QUEUED", 20)
+def test_a_durable_queue_over_its_limit_discards_the_oldest_and_says_so() -> None:
     sim, pub, sub = _connected(6, gapless=False)
+    sim.brokers["C"].durables.max_queued = 20  # Quotas.durable_queued
     sim.detach(sub.client)
     for _ in range(50):
         pub.publish()

@@ -183,7 +183,7 @@ class Broker:
             self.echoes,
             self._new_id,
             lambda: self._now,
-            self.quotas.durable_bytes,
+            self.quotas,
             config.durable_expiry,
         )
         self.durables.restore()

@@ -6,11 +6,11 @@ client's connection and the broker's own restarts. What it matches is queued the
 and ``WINDOW_BYTES`` ahead of its acknowledgements (``Ack``); the rest waits on disk. The
 latest deliveries queued are also kept in memory (``RECENT``, ``RECENT_BYTES``,
 ``RECENT_TOTAL_BYTES``), so that a client catching up is sent them without reading them back
-from the journal. While the client is away the queue is bounded (``MAX_QUEUED`` deliveries,
-``MAX_QUEUED_BYTES``), and so are the queues of one client's durable subscriptions together
-(``Quotas.durable_bytes``): past that the oldest deliveries are discarded (of the queue over
-its bound, or the client's largest), counted, and the client is told how many when it comes
-back.
+from the journal. While the client is away the queue is bounded (``Quotas.durable_queued``
+deliveries, ``Quotas.durable_queue_bytes``), and so are the queues of one client's durable
+subscriptions together (``Quotas.durable_bytes``): past that the oldest deliveries are
+discarded (of the queue over its bound, or the client's largest), counted, and the client is
+told how many when it comes back.
 
 Guaranteed publications carry their position in the journal of the broker where they were
 published, the root of the tree they travel down. For each tree it follows, a durable
@@ -54,6 +54,7 @@ from typing import Any, Final
 
 from padres.broker.echoes import Echoes
 from padres.broker.journal import DurableRecord, Journal, Queued, Tag
+from padres.broker.quotas import Quotas
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
@@ -63,8 +64,6 @@ from padres.model.producers import ranges_of, take
 from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Roam, Visibility
 
 __all__ = [
-    "MAX_QUEUED",
-    "MAX_QUEUED_BYTES",
     "READ",
     "RECENT",
     "RECENT_BYTES",
@@ -96,10 +95,6 @@ most."""
 RECENT_TOTAL_BYTES: Final = 32 << 20
 """Bytes (encoded) of deliveries not yet sent that all the durable subscriptions of a broker
 keep in memory, at most."""
-MAX_QUEUED: Final = 10_000_000
-"""Deliveries a durable subscription keeps for its client, at most."""
-MAX_QUEUED_BYTES: Final = 1 << 30
-"""Bytes of deliveries a durable subscription keeps for its client, at most."""
 REFRESH: Final = 10.0
 """Seconds between two rounds of asking every followed tree's root for what was missed."""
 STALLED: Final = 6
@@ -252,14 +247,17 @@ class Durables:
         echoes: Echoes,
         new_id: Callable[[], str],
         now: Callable[[], float],
-        owner_bytes: int = MAX_QUEUED_BYTES,
+        quotas: Quotas,
         expiry: float = 0.0,
     ) -> None:
-        """``now``: the broker's time (Unix seconds, by its own clock); ``owner_bytes``: the
-        bytes queued for one client's durable subscriptions together, at most; ``expiry``:
-        seconds a subscription whose client is away is kept (0 or less: for ever)."""
+        """``now``: the broker's time (Unix seconds, by its own clock); ``quotas``: the
+        deliveries and bytes one subscription's queue keeps, and the bytes one client's
+        subscriptions keep together; ``expiry``: seconds a subscription whose client is away
+        is kept (0 or less: for ever)."""
         self.journal = journal
-        self.owner_bytes = owner_bytes
+        self.max_queued = quotas.durable_queued
+        self.max_queue_bytes = quotas.durable_queue_bytes
+        self.owner_bytes = quotas.durable_bytes
         self.expiry = expiry
         self.routes = routes
         self.trees = trees
@@ -406,7 +404,8 @@ class Durables:
             durable.told = record.discarded
             text = (
                 f"durable subscription {sub.id!r}: {lost} deliveries were discarded while you "
-                f"were away (the queue keeps {MAX_QUEUED} deliveries, {MAX_QUEUED_BYTES} bytes; "
+                f"were away (the queue keeps {self.max_queued} deliveries, {self.max_queue_bytes} "
+                f"bytes; "
                 f"a client's durable subscriptions together, {self.owner_bytes} bytes)"
             )
             out.append((hop, Error(text)))  # a notice: the request itself succeeds
@@ -537,7 +536,7 @@ class Durables:
         record.next += 1
         size = self.journal.enqueue(record, seq, pub, tag)
         durable.grew(1, size)
-        if durable.queued > MAX_QUEUED or durable.bytes > MAX_QUEUED_BYTES:
+        if durable.queued > self.max_queued or durable.bytes > self.max_queue_bytes:
             self._discard(durable)
         elif durable.owner.used > self.owner_bytes:  # its client's largest queue gives way
             mine = (d for (owner, _), d in self._durables.items() if owner == record.owner)

@@ -33,15 +33,21 @@ class Quotas:
     of one more, at this broker, is refused."""
     schema_attributes: int = 100
     """Attributes of one schema: a declaration of more, at this broker, is refused."""
+    durable_queued: int = 10_000_000
+    """Deliveries one durable subscription keeps for its client, at most; past that, the
+    oldest tenth is discarded, and the client is told how many when it comes back."""
+    durable_queue_bytes: int = 1 << 30
+    """Bytes of deliveries one durable subscription keeps for its client, at most; past that,
+    the oldest tenth is discarded, and the client is told how many when it comes back."""
     durable_bytes: int = 1 << 30
-    """Bytes of deliveries queued for one client's durable subscriptions together, at most
-    (each one's queue is bounded as well: ``padres.broker.durable.MAX_QUEUED_BYTES``); past
-    that, the oldest deliveries of its largest queue are discarded, and the client is told
-    how many when it comes back."""
+    """Bytes of deliveries queued for one client's durable subscriptions together, at most;
+    past that, the oldest deliveries of its largest queue are discarded, and the client is
+    told how many when it comes back."""
 
     def __post_init__(self) -> None:
         counts = (self.subscriptions, self.advertisements, self.schemas, self.schema_attributes)
-        if min(*counts, self.durable_bytes) < 1:
+        durable = (self.durable_queued, self.durable_queue_bytes, self.durable_bytes)
+        if min(*counts, *durable) < 1:
             raise ValueError("quotas must be at least 1")
 
     def refusal(self, message: Envelope, session: Session, durables: int = 0) -> Error | None:
