@@ -24,7 +24,8 @@ def register(commands: Any) -> None:
         help="declare a class's schema, or widen it with new optional attributes",
         description="Declare the schema of CLASS overlay-wide; returns once every reachable "
         "broker has it. Each ATTRIBUTE is NAME:TYPE (required) or NAME:TYPE? (optional; quote "
-        "it for the shell), TYPE one of integer, float, string, boolean.",
+        "it for the shell), TYPE one of integer, float, string, boolean, date, datetime, "
+        "timestamp.",
     )
     _connection_options(d)
     d.add_argument("class_name", metavar="CLASS", help="the class the schema describes")

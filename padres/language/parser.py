@@ -31,6 +31,7 @@ from functools import partial
 from typing import Final, NamedTuple, TypeVar
 
 from padres.errors import InvalidMessage, ParseError
+from padres.model.dates import DATE_FORM, DATETIME_FORM, is_date, is_datetime
 from padres.model.messages import (
     MAX_DEPTH,
     TIME,
@@ -82,7 +83,10 @@ _TOKEN: Final = re.compile(
 )
 _ESCAPES: Final = {"\\": "\\", "'": "'", "n": "\n", "r": "\r", "t": "\t"}
 _OPERATORS: Final = {op.value: op for op in Op}
-_OPERATOR_LIST: Final = ", ".join(op.value for op in Op)
+_DATED: Final = {"before": (Op.LT, Op.STR_LT), "after": (Op.GT, Op.STR_GT)}
+"""PADRES' date operators: the operator they stand for on a timestamp (a number), and on a
+date or datetime (a string of its form, ``padres.model.dates``)."""
+_OPERATOR_LIST: Final = ", ".join([*(op.value for op in Op), *_DATED])
 
 # Fast path for the common case, a well-formed publication line. Anything unusual (escapes in
 # strings, long integers, broken rules) goes through the full parser, which is the reference and
@@ -281,6 +285,9 @@ class _Parser:
         self.expect(",", f"after attribute {attribute!r}")
         tok = self.take()
         op = _OPERATORS.get(tok.text) if tok.kind in ("word", "symbol") else None
+        dated = _DATED.get(tok.text) if tok.kind == "word" else None
+        if dated is not None:
+            op = dated[0]
         if op is None:
             raise self.error(
                 f"expected an operator ({_OPERATOR_LIST}) but found {self.found(tok)}", tok
@@ -297,9 +304,23 @@ class _Parser:
             else:
                 value = self.literal(attribute)
         elif op is not Op.IS_PRESENT:
-            raise self.error(f"expected ',' and a value after operator {op}")
+            raise self.error(f"expected ',' and a value after operator {tok.text}")
+        if dated is not None:
+            op = self.dated(tok, dated, value)
         self.expect("]", f"to close [{attribute},{op},...]")
         return self.build(start, lambda: Predicate(attribute, op, value))
+
+    def dated(self, tok: _Token, ops: tuple[Op, Op], value: Value | Variable | None) -> Op:
+        """The operator ``before`` or ``after`` (``tok``) stands for with operand ``value``."""
+        if type(value) in (int, float):
+            return ops[0]
+        if is_date(value) or is_datetime(value):
+            return ops[1]
+        raise self.error(
+            f"{tok.text!r} takes a date {DATE_FORM}, a datetime {DATETIME_FORM} or a timestamp "
+            f"(a number), not {value if isinstance(value, Variable) else repr(value)}",
+            tok,
+        )
 
     def time_bound(self, start: _Token, op: Op) -> _TimeBound:
         """The rest of ``[time, op, <time>]``: a quoted time, or ``now`` with an offset."""
@@ -586,6 +607,8 @@ def message_kind(text: str) -> str:
     if m is None:
         return "s"
     second = m.group(1)
+    if second in _DATED:  # an operator only with an operand after it: [due,before,'...']
+        return "s" if text[m.end() :].lstrip().startswith(",") else "p"
     return "s" if second in _OPERATORS or second[:1] in ("<", ">", "=") else "p"
 
 

@@ -1,17 +1,21 @@
 """Typed event classes: a class's schema, and the checks messages of that class must pass.
 
 A schema names the attributes a class has, the type of each (``integer``, ``float``,
-``string`` or ``boolean``) and whether a publication must carry it. ``class`` itself is always
+``string``, ``boolean``, ``date``, ``datetime`` or ``timestamp``: ``padres.model.dates`` says how
+the last three are written) and whether a publication must carry it. ``class`` itself is always
 a required string and is never declared. A class without a schema is untyped: anything goes,
 as the language allows.
 
 The checks (``docs/language.md``, "Typed event classes"):
 
 - a publication carries only declared attributes, each with a value of its type (a ``float``
-  attribute also takes an integer), and every required one;
+  or ``timestamp`` attribute also takes an integer; a ``date`` or ``datetime`` one a string in
+  its canonical form only), and every required one;
 - a predicate of a subscription, an advertisement or a part of a composite subscription names
   a declared attribute and could match a value of its type: ``[volume,str-prefix,'1']`` on an
-  integer attribute or ``[symbol,<,5]`` on a string one could never match, and is refused.
+  integer attribute or ``[symbol,<,5]`` on a string one could never match, and is refused; a
+  predicate ordering or comparing a ``date`` or ``datetime`` attribute takes an operand of its
+  form (``[due,str-lt,'2026/12/01']`` would compare strings, not days, and is refused).
 
 A schema is declared again only to widen it: the attributes in force stay as they are, new ones
 must be optional; the version goes up by one. Anything else is a ``SchemaConflict``. Versions
@@ -33,6 +37,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from padres.errors import InvalidMessage, SchemaConflict, SchemaViolation
+from padres.model.dates import DATE_FORM, DATETIME_FORM, is_date, is_datetime
 from padres.model.messages import TIME, Filter, Predicate, Publication, VarType, check_value
 from padres.model.printer import format_predicate, format_value
 from rete.operators import Op, OperandKind, operand_kind
@@ -63,6 +68,9 @@ class AttributeType(StrEnum):
     FLOAT = "float"
     STRING = "string"
     BOOLEAN = "boolean"
+    DATE = "date"
+    DATETIME = "datetime"
+    TIMESTAMP = "timestamp"
 
 
 _VALUES: Final[dict[AttributeType, frozenset[type]]] = {
@@ -70,10 +78,21 @@ _VALUES: Final[dict[AttributeType, frozenset[type]]] = {
     AttributeType.FLOAT: frozenset({int, float}),
     AttributeType.STRING: frozenset({str}),
     AttributeType.BOOLEAN: frozenset({bool}),
+    AttributeType.DATE: frozenset({str}),
+    AttributeType.DATETIME: frozenset({str}),
+    AttributeType.TIMESTAMP: frozenset({int, float}),
 }
 """The Python types of the values an attribute of each type takes (``bool`` is not ``int``)."""
 
 _NAMES: Final[dict[type, str]] = {int: "integer", float: "float", str: "string", bool: "boolean"}
+
+_FORMS: Final = {
+    AttributeType.DATE: (is_date, DATE_FORM),
+    AttributeType.DATETIME: (is_datetime, DATETIME_FORM),
+}
+"""The types whose strings have one form: how to recognise it, and how to name it."""
+_ORDERING: Final = frozenset({Op.EQ, Op.NEQ, Op.STR_LT, Op.STR_LE, Op.STR_GT, Op.STR_GE})
+"""The operators whose operand must be of a date's or datetime's form to mean what it says."""
 
 
 class AttributeSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -236,8 +255,8 @@ def widen(old: Schema, attributes: Attributes) -> Schema | None:
 def merge(a: Attributes, b: Attributes) -> tuple[Attributes, list[str]]:
     """The attributes of two versions of a class's schema declared apart (across a partition),
     and the names of those whose types differed. Every attribute of either is kept; it is
-    required only if both require it; two types of one attribute settle on the greater
-    (``string`` > ``integer`` > ``float`` > ``boolean``). Merging is commutative and
+    required only if both require it; two types of one attribute settle on the greater by
+    name (``timestamp`` > ``string`` > ... > ``boolean``). Merging is commutative and
     associative: brokers merging the same versions in any order end with the same attributes."""
     out: Attributes = {}
     conflicts: list[str] = []
@@ -310,15 +329,24 @@ def check_filter(schema: Schema, flt: Filter, what: str) -> None:
         if spec is None:
             raise _unknown(schema, p.attribute, what)
         found = _matchable(p)
+        form = _FORMS.get(spec.type)
         if not found & _VALUES[spec.type]:
-            raise SchemaViolation(
-                f"{what}: class {schema.class_name!r}, attribute {p.attribute!r}: expected "
-                f"{spec.type}, found {_describe(found)} in {format_predicate(p)}",
-                class_name=schema.class_name,
-                attribute=p.attribute,
-                expected=spec.type.value,
-                found=_describe(found),
-            )
+            described = _describe(found)
+        elif form is not None and p.op in _ORDERING and p.variable is None:
+            if form[0](p.value):
+                continue
+            described = f"string {format_value(p.value)}"  # type: ignore[arg-type]
+        else:
+            continue
+        expected = f"{spec.type} {form[1]}" if form else spec.type.value
+        raise SchemaViolation(
+            f"{what}: class {schema.class_name!r}, attribute {p.attribute!r}: expected "
+            f"{expected}, found {described} in {format_predicate(p)}",
+            class_name=schema.class_name,
+            attribute=p.attribute,
+            expected=spec.type.value,
+            found=described,
+        )
 
 
 def check_publication(schema: Schema, pub: Publication, what: str) -> None:
@@ -331,11 +359,13 @@ def check_publication(schema: Schema, pub: Publication, what: str) -> None:
         spec = schema.attributes.get(name)
         if spec is None:
             raise _unknown(schema, name, what)
-        if type(value) not in _VALUES[spec.type]:
+        form = _FORMS.get(spec.type)
+        if type(value) not in _VALUES[spec.type] or (form and not form[0](value)):
             found = _NAMES[type(value)]
+            expected = f"{spec.type} {form[1]}" if form else spec.type.value
             raise SchemaViolation(
                 f"{what}: class {schema.class_name!r}, attribute {name!r}: expected "
-                f"{spec.type}, found {found} {format_value(value)}",
+                f"{expected}, found {found} {format_value(value)}",
                 class_name=schema.class_name,
                 attribute=name,
                 expected=spec.type.value,
