@@ -60,6 +60,7 @@ from padres.broker.session import Session, stamped
 from padres.broker.subscribing import Subscribing
 from padres.broker.transactions import Transactions
 from padres.broker.trees import Trees
+from padres.broker.votes import Votes
 from padres.errors import AuthenticationError, SchemaConflict, SchemaLimit
 from padres.model.messages import (
     MAX_ID,
@@ -102,6 +103,7 @@ from padres.model.protocol import (
     RouteSchema,
     RouteSubscribe,
     RouteTxPublish,
+    RouteTxVote,
     RouteUnadvertise,
     RouteUnsubscribe,
     Subscribe,
@@ -109,6 +111,7 @@ from padres.model.protocol import (
     TxBegin,
     TxCommit,
     TxPublish,
+    TxVote,
     Welcome,
 )
 from padres.model.requests import reference
@@ -208,6 +211,10 @@ class Broker:
             self._tagged,
             self._new_id,
         )
+        self.votes = Votes(
+            self.trees, self._peers, lambda vote: self.transactions.vote(vote, self._now)
+        )
+        """Consumers' votes on transactions, on their way to the producers' brokers."""
         self.publishing = Publishing(
             self.routes,
             self.trees,
@@ -217,6 +224,7 @@ class Broker:
             self._sessions,
             self.subscribing.composites,
             self.conformity,
+            self.votes,
         )
         # Transactions and advertising call on each other: withdrawing an advertisement aborts
         # the transactions it strands, and the end of a client's last transaction withdraws
@@ -328,6 +336,7 @@ class Broker:
         out += self.echoes.hop_down(hop, why)
         self.durables.detach(hop)
         self.dead_letters.hop_down(hop)
+        out += self.votes.gone(session)
         out += self.subscribing.drop(*session.subscriptions.values(), *session.composites.values())
         # Held while its open transactions wait for it: their publications, committed or
         # aborted, still have the trees to go down.
@@ -466,6 +475,8 @@ class Broker:
                 return self.transactions.commit(session, message, now)
             case TxAbort():
                 return self.transactions.abort(session, message, now)
+            case TxVote():
+                return self.votes.vote(session, message)
             case CompositeSubscription():
                 return self.subscribing.subscribe_composite(message, session, now)
             case Advertisement():
@@ -498,6 +509,8 @@ class Broker:
                 return self.schemas.arrive(message, hop, self._peers)
             case RouteRelease():
                 return self.releases.arrive(message, hop)
+            case RouteTxVote():
+                return self.votes.route(message, hop)
             case RouteCongestion():
                 return self.congestion.arrive(message, hop, self._now)
             case RouteLoss():

@@ -24,6 +24,7 @@ from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
 from padres.broker.trees import Trees
 from padres.broker.visibility import deliveries
+from padres.broker.votes import Votes
 from padres.matching.matcher import conforms_to
 from padres.model.messages import Publication
 from padres.model.protocol import (
@@ -53,11 +54,13 @@ class Publishing:
         sessions: Mapping[str, Session],
         composites: Mapping[str, LocalComposite],
         conformity: bool,
+        votes: Votes,
     ) -> None:
         """``sessions``: the broker's connected clients by hop; ``composites``: the composite
         subscriptions matched here (both read, never changed); ``conformity``: whether a
         publication must conform to one of its publisher's advertisements."""
         self.routes = routes
+        self.votes = votes
         self.trees = trees
         self.journal = journal
         self.durables = durables
@@ -148,7 +151,13 @@ class Publishing:
         if tag is None:
             out += [(client, Notify(pub, tuple(ids))) for client, ids in matches.clients.items()]
         else:
-            out += deliveries(pub, matches.clients, tag, self._visibility)
+            delivered = deliveries(pub, matches.clients, tag, self._visibility)
+            if tag[1] in (Outcome.PENDING, Outcome.COMMITTING):
+                if tree is not None and (delivered or matches.durables):
+                    self.votes.delivered(tag[0], tree, (hop for hop, _ in delivered))
+            else:
+                self.votes.ended(tag[0])
+            out += delivered
         for activation in matches.activations:
             owner, local_id, _ = self._composites[activation.id]
             facts: tuple[Publication, ...] = activation.facts

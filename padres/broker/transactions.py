@@ -12,8 +12,17 @@ subscription (``Visibility``, ``docs/transactions.md``):
   runtime commits the journal once per frame: all of them are on disk, or none), and routed
   as guaranteed publications tagged ``committed`` (``on_commit`` and ``immediate``
   subscriptions get them, durable ones exactly once); the publisher's ``ok`` follows;
-- on abort they are routed again tagged ``aborted`` (``on_abort`` and ``immediate``
-  subscriptions get them), at most once as any plain publication.
+- on abort they are routed again tagged ``aborted`` (``on_abort``, ``immediate`` and
+  ``deferred`` subscriptions get them), at most once as any plain publication;
+- when the client asks to commit, they are routed once more first, tagged ``committing``
+  (``deferred`` subscriptions get them, at most once): the producer has started its commit.
+
+Consumers may vote on a transaction whose publications they received (``padres.broker.votes``
+brings the votes here). One may mark it rollback-only: its commit then aborts, saying who
+marked it and why. The producer may name *vital* consumers when it begins it (``TxBegin.vital``):
+its commit then waits until each has voted ``ready`` (``wait`` seconds at most, counted from
+the commit), and aborts when one votes ``failed``, is ``gone`` (its connection ended before it
+voted), or has not voted in time. The publisher's ``ok`` comes once the commit is done.
 
 A transaction belongs to its client's name, not to its connection: a client that reconnects
 within ``TxLimits.linger`` takes it up with its ``hello``. Meanwhile the advertisements of the
@@ -49,11 +58,13 @@ from padres.model.protocol import (
     Error,
     Ok,
     Outcome,
+    RouteTxVote,
     TxAbort,
     TxBegin,
     TxCommit,
     TxEnded,
     TxPublish,
+    Vote,
 )
 
 __all__ = ["Deliver", "Transactions", "TxLimits", "Withdraw"]
@@ -108,11 +119,33 @@ class _Open:
     """Its publications, in order, with the tree each goes down."""
     ids: set[str] = field(default_factory=set)
     size: int = 0
+    vital: tuple[str, ...] = ()
+    """The consumers whose reactions its commit waits for."""
+    wait: float = 10.0
+    """Seconds its commit waits for them, at most."""
+    ready: set[str] = field(default_factory=set)
+    """The vital consumers that voted ready (as named in ``vital``)."""
+    rollback: str = ""
+    """Who marked it rollback-only, and why."""
+    committing: float | None = None
+    """Since when its commit waits for its vital consumers."""
 
     @property
     def gid(self) -> str:
         """Its overlay-wide id, which subscribers see."""
         return f"{self.owner}{SEPARATOR}{self.tx}"
+
+    def named(self, voter: str) -> str | None:
+        """How ``vital`` names ``voter`` (``<client>@<broker>``): in full, by its client name
+        alone, or not at all (None)."""
+        if voter in self.vital:
+            return voter
+        name = voter.rpartition("@")[0]
+        return name if name in self.vital else None
+
+    def missing(self) -> list[str]:
+        """The vital consumers that have not voted ready."""
+        return [name for name in self.vital if name not in self.ready]
 
 
 class Transactions:
@@ -132,6 +165,7 @@ class Transactions:
         self._held: dict[str, list[str]] = {}
         """Per client away, the advertisements held for its open transactions."""
         self._open: dict[tuple[str, str], _Open] = {}
+        self._by_gid: dict[str, _Open] = {}
         self._count: Counter[str] = Counter()
         """Open transactions per client."""
         self._size = 0
@@ -165,7 +199,8 @@ class Transactions:
         if self._count[session.name] >= most:
             why = f"too many open transactions: a client may have {most} open at once"
             return [(hop, TxEnded(message.tx, Outcome.ABORTED, why, limit=True))]
-        self._open[key] = _Open(session.name, message.tx, hop, now)
+        tx = _Open(session.name, message.tx, hop, now, vital=message.vital, wait=message.wait)
+        self._open[key] = self._by_gid[tx.gid] = tx
         self._count[session.name] += 1
         return [(hop, Ok(message.tx))]
 
@@ -175,9 +210,9 @@ class Transactions:
         """``pub`` (stamped with its publisher) in ``message.tx``; ``tree``: the tree of an
         advertisement it conforms to, if any."""
         tx = self._use(session, message.tx, now)
-        if tx is None:
-            why = f"{self._state(session.name, message.tx)}: publication {pub.id!r} refused"
-            return [(session.hop, Error(why, pub.id))]
+        if tx is None or tx.committing is not None:
+            state = "it is committing" if tx else self._state(session.name, message.tx)
+            return [(session.hop, Error(f"{state}: publication {pub.id!r} refused", pub.id))]
         if tree is None:
             why = f"publication {pub.id!r} conforms to none of your advertisements"
             return self._abort(tx, why, tell=True)
@@ -227,17 +262,56 @@ class Transactions:
         if message.count < held:
             why = f"its commit counts {message.count} publications, but the broker holds {held}"
             return self._abort(tx, why, tell=True)
+        if tx.committing is not None:
+            return []  # sent again while it waits for its vital consumers: answered then
+        if tx.rollback:
+            return self._abort(tx, f"it was marked rollback-only by {tx.rollback}", tell=True)
         # Published here since, under an id of the transaction's (as a guaranteed one, say).
         reused = self._reused(tx, [pub for pub, _ in tx.publications])
         if reused is not None:
             return self._abort(tx, reused, tell=True)
+        out: list[Out] = []
+        for pub, tree in tx.publications:
+            out += self._deliver(pub, tree, hop, 0, (tx.gid, Outcome.COMMITTING))
+        if tx.missing():
+            tx.committing = now
+            return out
+        return out + self._commit(tx, now)
+
+    def vote(self, vote: RouteTxVote, now: float) -> list[Out]:
+        """A consumer's vote has reached this broker, the producer's."""
+        tx = self._by_gid.get(vote.tx)
+        if tx is None:
+            return []  # over already: a late vote changes nothing
+        why = f" ({vote.reason})" if vote.reason else ""
+        if vote.vote is Vote.ROLLBACK:
+            tx.rollback = tx.rollback or f"{vote.voter}{why}"
+            if tx.committing is None:
+                return []
+            return self._abort(tx, f"it was marked rollback-only by {tx.rollback}", tell=True)
+        name = tx.named(vote.voter)
+        if name is None:
+            return []  # not one its producer waits for
+        if vote.vote is Vote.READY:
+            tx.ready.add(name)
+            if tx.committing is not None and not tx.missing():
+                return self._commit(tx, now)
+            return []
+        what = "failed" if vote.vote is Vote.FAILED else "is gone"
+        return self._abort(tx, f"its vital consumer {vote.voter} {what}{why}", tell=True)
+
+    def _commit(self, tx: _Open, now: float) -> list[Out]:
+        """Write ``tx``'s publications to the journal and send them down their trees as
+        committed; its client is answered."""
+        hop = tx.hop or ""
         with self.journal.atomic():  # all of them, or none if the disk fails
             positions = [self.journal.append(t, pub, now, tx.gid)[0] for pub, t in tx.publications]
         out: list[Out] = []
         for (pub, tree), position in zip(tx.publications, positions, strict=True):
             out += self._deliver(pub, tree, hop, position, (tx.gid, Outcome.COMMITTED))
         ended = TxEnded(tx.tx, Outcome.COMMITTED)
-        return [*out, (hop, Ok(message.tx)), *self._end(tx, ended)]
+        answer = [(tx.hop, Ok(tx.tx))] if tx.hop is not None else []
+        return [*out, *answer, *self._end(tx, ended)]
 
     def abort(self, session: Session, message: TxAbort, now: float) -> list[Out]:
         hop = session.hop
@@ -296,10 +370,14 @@ class Transactions:
         out: list[Out] = []
         limits = self.limits
         for tx in list(self._open.values()):
-            if tx.away is not None and now - tx.away >= limits.linger:
+            if tx.committing is not None and now - tx.committing >= tx.wait:
+                late = ", ".join(tx.missing())
+                why = f"its vital consumers {late} did not report ready within {tx.wait:g} s"
+                out += self._abort(tx, why, tell=True)
+            elif tx.away is not None and now - tx.away >= limits.linger:
                 why = f"its client was disconnected for more than {limits.linger:g} s"
                 out += self._abort(tx, why)
-            elif now - tx.touched >= limits.timeout:
+            elif tx.committing is None and now - tx.touched >= limits.timeout:
                 why = f"it was idle for more than {limits.timeout:g} s"
                 out += self._abort(tx, why, tell=True)
         return out
@@ -356,6 +434,7 @@ class Transactions:
         once its last transaction ends (after what the transaction sent)."""
         key = (tx.owner, tx.tx)
         del self._open[key]
+        del self._by_gid[tx.gid]
         self._size -= tx.size
         self._bytes_of[tx.owner] -= tx.size
         if not self._bytes_of[tx.owner]:

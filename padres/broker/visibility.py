@@ -13,8 +13,9 @@ __all__ = ["deliveries", "delivery", "visible"]
 
 _SEEN_BY: dict[Outcome, frozenset[Visibility]] = {
     Outcome.PENDING: frozenset({Visibility.IMMEDIATE}),
-    Outcome.COMMITTED: frozenset({Visibility.ON_COMMIT, Visibility.IMMEDIATE}),
-    Outcome.ABORTED: frozenset({Visibility.IMMEDIATE, Visibility.ON_ABORT}),
+    Outcome.COMMITTING: frozenset({Visibility.DEFERRED}),
+    Outcome.COMMITTED: frozenset({Visibility.ON_COMMIT, Visibility.IMMEDIATE, Visibility.DEFERRED}),
+    Outcome.ABORTED: frozenset({Visibility.IMMEDIATE, Visibility.DEFERRED, Visibility.ON_ABORT}),
 }
 
 

@@ -124,7 +124,9 @@ from padres.model.protocol import (
     Span,
     Subscribe,
     TxEnded,
+    TxVote,
     Visibility,
+    Vote,
     Welcome,
     decode_frame,
     encode_frame,
@@ -803,11 +805,22 @@ class Client:
         if handle is not None:
             handle._end()
 
-    def transaction(self, id: str | None = None) -> Transaction:
+    def transaction(
+        self, id: str | None = None, *, vital: Sequence[str] = (), wait: float = 10.0
+    ) -> Transaction:
         """A transaction of publications: ``async with client.transaction() as tx:`` (see
         ``padres.client.transaction``); ``id``: the client's id for it, unique among this client's
-        transactions, made here if None."""
-        return Transaction(self, id or f"{self._id('t')}.{self._instance}")
+        transactions, made here if None. ``vital``: the consumers (client names) whose reactions
+        its commit waits for, ``wait`` seconds at most (``docs/transactions.md``)."""
+        ident = id or f"{self._id('t')}.{self._instance}"
+        return Transaction(self, ident, vital=tuple(vital), wait=wait)
+
+    async def vote(self, tx: str, vote: Vote | str, reason: str = "") -> None:
+        """Vote on transaction ``tx`` (``TxNotify.tx``), which this client received publications
+        of: ``ready`` or ``failed``, as a vital consumer of it, or ``rollback`` to mark it
+        rollback-only; ``reason`` goes to its producer. ``RequestFailed`` if the broker has
+        delivered no publication of an open transaction ``tx`` to its clients."""
+        await self._request(tx, TxVote(tx, Vote(vote), reason))
 
     def _publication(
         self, publication: str | Publication | dict[str, Any], id: str | None
@@ -1067,7 +1080,15 @@ class Client:
         for start in range(0, len(messages), MAX_FRAME_MESSAGES):
             await self._transport.send(encode_frame(messages[start : start + MAX_FRAME_MESSAGES]))
 
-    async def _request(self, ref: str, message: Envelope, recovering: bool = False) -> Envelope:
+    async def _request(
+        self,
+        ref: str,
+        message: Envelope,
+        recovering: bool = False,
+        timeout: float | None = None,
+    ) -> Envelope:
+        """Send ``message`` and wait for its answer (``timeout`` seconds more than the
+        client's own, if given)."""
         if ref in self._pending:
             raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
@@ -1075,7 +1096,7 @@ class Client:
         self._read_on()
         try:
             await self._send([message], recovering)
-            reply = await asyncio.wait_for(future, self.timeout)
+            reply = await asyncio.wait_for(future, self.timeout + (timeout or 0.0))
         finally:
             self._pending.pop(ref, None)
             self._read_on()
@@ -1380,9 +1401,11 @@ class BlockingClient:
     def flush(self, timeout: float | None = None) -> None:
         self._call(self._client.flush(timeout))
 
-    def transaction(self, id: str | None = None) -> BlockingTransaction:
+    def transaction(
+        self, id: str | None = None, *, vital: Sequence[str] = (), wait: float = 10.0
+    ) -> BlockingTransaction:
         """A transaction of publications: ``with client.transaction() as tx:``."""
-        return BlockingTransaction(self, self._client.transaction(id))
+        return BlockingTransaction(self, self._client.transaction(id, vital=vital, wait=wait))
 
     def declare_schema(
         self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]

@@ -12,7 +12,11 @@ the block raises ``TransactionAborted`` (or ``TransactionLimit``) with the broke
 
 Each subscriber sees the transaction's publications as its subscription's ``visibility``
 says: ``on_commit`` (the default) once committed, ``immediate`` at once and again with the
-outcome, ``on_abort`` once aborted. A transaction's life: NEW -> OPEN -> COMMITTED or
+outcome, ``deferred`` when the commit starts and again with the outcome, ``on_abort`` once
+aborted. Consumers may vote on it (``Client.vote``): mark it rollback-only, or, if the
+producer named them ``vital``, say their reaction is ready or failed; its commit then waits for
+every vital consumer's ``ready`` (``wait`` seconds at most) and aborts if one fails, is gone,
+or is late. A transaction's life: NEW -> OPEN -> COMMITTED or
 ABORTED; its broker may abort it (its client was away too long, it stayed idle too long, it
 outgrew a limit), and then publishing or committing raises ``TransactionAborted`` saying why.
 A client made with ``reconnect=True`` goes on with its open transactions after a reconnect
@@ -59,8 +63,14 @@ class Transaction:
     """A transaction of ``Client`` (see the module docstring): ``async with`` it, or call
     ``begin``, ``publish``, and ``commit`` or ``abort``."""
 
-    def __init__(self, client: Client, ident: str) -> None:
+    def __init__(
+        self, client: Client, ident: str, *, vital: tuple[str, ...] = (), wait: float = 10.0
+    ) -> None:
+        """``vital``: the consumers whose reactions its commit waits for, ``wait`` seconds at
+        most."""
         self.id = ident
+        self.vital = vital
+        self.wait = wait
         self.state = TransactionState.NEW
         self.count = 0
         """Publications made in it."""
@@ -79,7 +89,7 @@ class Transaction:
             raise TransactionClosed(f"transaction {self.id!r} has begun already", self.id)
         self._client._transactions[self.id] = self
         try:
-            reply = await self._ask(TxBegin(self.id))
+            reply = await self._ask(TxBegin(self.id, self.vital, self.wait))
         except BaseException:
             self._client._transactions.pop(self.id, None)
             raise
@@ -104,7 +114,8 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit: returns once every publication is on the broker's disk (and on its way to
-        the subscribers); ``TransactionAborted`` if the transaction was aborted instead."""
+        the subscribers), after its vital consumers (if any) reported ready;
+        ``TransactionAborted`` if the transaction was aborted instead (one of them failed, say)."""
         if self.state is TransactionState.COMMITTED:
             return
         self._check_open("commit")
@@ -165,8 +176,9 @@ class Transaction:
             )
 
     async def _ask(self, message: TxBegin | TxCommit | TxAbort) -> Ok | TxEnded:
+        waits = self.wait if isinstance(message, TxCommit) and self.vital else None
         try:
-            reply = await self._client._request(self.id, message)
+            reply = await self._client._request(self.id, message, timeout=waits)
         except RequestFailed as exc:
             raise TransactionError(exc.text, self.id) from None
         if not isinstance(reply, (Ok, TxEnded)):

@@ -47,6 +47,8 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_FRAME_MESSAGES",
     "MAX_REASON",
+    "MAX_VITAL",
+    "MAX_VITAL_WAIT",
     "Ack",
     "CompositeNotify",
     "DeclareSchema",
@@ -88,6 +90,7 @@ __all__ = [
     "RouteSchema",
     "RouteSubscribe",
     "RouteTxPublish",
+    "RouteTxVote",
     "RouteUnadvertise",
     "RouteUnsubscribe",
     "Span",
@@ -98,7 +101,9 @@ __all__ = [
     "TxEnded",
     "TxNotify",
     "TxPublish",
+    "TxVote",
     "Visibility",
+    "Vote",
     "Welcome",
     "decode_frame",
     "encode_frame",
@@ -119,9 +124,12 @@ class Role(StrEnum):
 
 
 class Outcome(StrEnum):
-    """Where a transactional publication stands: its transaction is still open, or over."""
+    """Where a transactional publication stands: its transaction is still open (``pending``),
+    its producer has asked to commit it (``committing``: the commit waits for its vital
+    consumers, if it has any), or it is over."""
 
     PENDING = "pending"
+    COMMITTING = "committing"
     COMMITTED = "committed"
     ABORTED = "aborted"
 
@@ -131,11 +139,33 @@ class Visibility(StrEnum):
 
     ``on_commit``: those of committed transactions, once committed (the default);
     ``immediate``: every one at once (``pending``), then again with its outcome;
+    ``deferred``: every one when its producer asks to commit (``committing``), then again with
+    the outcome;
     ``on_abort``: those of aborted transactions, once aborted (to compensate)."""
 
     ON_COMMIT = "on_commit"
     IMMEDIATE = "immediate"
     ON_ABORT = "on_abort"
+    DEFERRED = "deferred"
+
+
+class Vote(StrEnum):
+    """A consumer's word on a producer's transaction (``TxVote``): its vital reaction is
+    ``ready`` or ``failed``, or it marks the transaction ``rollback`` only; ``gone``: said by
+    a consumer's broker when the consumer's connection ended before it said either."""
+
+    READY = "ready"
+    FAILED = "failed"
+    ROLLBACK = "rollback"
+    GONE = "gone"
+
+
+MAX_VITAL: Final = 100
+"""Consumers a transaction may name as vital, at most."""
+MAX_VITAL_WAIT: Final = 600.0
+"""Seconds a commit may wait for its vital consumers, at most."""
+MAX_REASON: Final = 1000
+"""Characters of the reason a loss report or a vote gives, at most."""
 
 
 class Hello(WireMessage, frozen=True, tag="hello"):
@@ -214,9 +244,15 @@ class Subscribe(WireMessage, frozen=True, tag="subscribe"):
 
 class TxBegin(WireMessage, frozen=True, tag="tx_begin"):
     """Open transaction ``tx`` (the client's id for it). Answered by ``ok``, or by
-    ``tx_ended`` when a limit refuses it."""
+    ``tx_ended`` when a limit refuses it.
+
+    ``vital``: the consumers (client names, ``name`` or ``name@broker``) whose reactions are
+    vital: the commit waits, ``wait`` seconds at most, until each has voted ``ready``, and
+    aborts if one votes ``failed``, is gone, or has not voted in time."""
 
     tx: str
+    vital: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_VITAL)] = ()
+    wait: Annotated[float, msgspec.Meta(gt=0, le=MAX_VITAL_WAIT)] = 10.0
 
     def __post_init__(self) -> None:
         check_id(self.tx, "transaction id")
@@ -242,6 +278,28 @@ class TxAbort(WireMessage, frozen=True, tag="tx_abort"):
     """Abort ``tx``. Answered by ``ok``."""
 
     tx: str
+
+
+class TxVote(WireMessage, frozen=True, tag="tx_vote"):
+    """A consumer's ``vote`` on transaction ``tx`` (its overlay-wide id, ``TxNotify.tx``),
+    which it has received publications of; its broker sends it up to the producer's broker.
+    Answered by ``ok`` (``tx`` as its reference), or by an ``error`` when the broker has
+    delivered no publication of an open transaction ``tx`` to its clients."""
+
+    tx: str
+    vote: Vote
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
+
+
+class RouteTxVote(WireMessage, frozen=True, tag="route_tx_vote"):
+    """A ``TxVote`` of client ``voter`` (``<client>@<broker>``) on its way up ``tree`` to the
+    broker of the transaction's producer (the tree's root)."""
+
+    tx: str
+    tree: str
+    voter: str
+    vote: Vote
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
 
 
 class TxEnded(WireMessage, frozen=True, tag="tx_ended"):
@@ -674,10 +732,6 @@ class RouteCongestion(WireMessage, frozen=True, tag="route_congestion"):
     congested: bool
 
 
-MAX_REASON: Final = 1000
-"""Characters of the reason a loss report gives, at most."""
-
-
 class _Loss(WireMessage, frozen=True):
     """What ``RouteLoss`` and ``Lost`` say: broker ``broker`` dropped ``count`` plain
     publications of ``publisher`` sent down tree ``tree``, from ``first`` to ``last`` (their
@@ -779,7 +833,9 @@ Envelope: TypeAlias = (
     | TxCommit
     | TxAbort
     | TxEnded
+    | TxVote
     | RouteTxPublish
+    | RouteTxVote
 )
 
 

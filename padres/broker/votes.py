@@ -1,0 +1,97 @@
+"""Consumers' votes on producers' transactions: how they travel to the producer's broker.
+
+A consumer that received publications of a transaction (``pending`` or ``committing``) may vote
+on it (``TxVote``): its reaction is ``ready`` or ``failed`` (the producer named it vital), or it
+marks the transaction ``rollback`` only. Its broker sends the vote up the tree the transaction's
+publications came down (``RouteTxVote``), whose root is the producer's broker, which counts it
+(``padres.broker.transactions``). So each broker remembers, for the transactions whose
+publications it delivered to its clients and that have not ended, the tree they travel
+(``MAX_REMEMBERED`` at most, the oldest forgotten first), and which of its clients (plain
+subscribers) received them: one whose connection ends before it voted is ``gone``, which its
+broker says in its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from padres.broker.routes import Out
+from padres.broker.session import Session
+from padres.broker.trees import Trees
+from padres.model.protocol import Error, Ok, RouteTxVote, TxVote, Vote
+
+__all__ = ["MAX_REMEMBERED", "Count", "Votes"]
+
+MAX_REMEMBERED: Final = 10_000
+"""Transactions a broker remembers the tree of, and a client is remembered to owe a vote on."""
+
+Count = Callable[[RouteTxVote], list[Out]]
+"""Counts a vote that reached the producer's broker (``Transactions.vote``)."""
+
+
+class Votes:
+    """The votes passing through a broker (see the module docstring)."""
+
+    def __init__(self, trees: Trees, peers: Iterable[str], count: Count) -> None:
+        """``peers``: the hops of the neighbour brokers (a live view); ``count``: what takes
+        a vote at the producer's broker."""
+        self.trees = trees
+        self._peers = peers
+        self._count = count
+        self._tree_of: dict[str, str] = {}
+        """Transaction -> the tree its publications came down, oldest first."""
+        self._owed: dict[str, dict[str, None]] = {}
+        """Per client's hop, the transactions it received publications of, oldest first."""
+
+    def statistics(self) -> dict[str, int]:
+        return {"transactions": len(self._tree_of), "owed": sum(map(len, self._owed.values()))}
+
+    def delivered(self, tx: str, tree: str, hops: Iterable[str]) -> None:
+        """Publications of ``tx`` (open or committing), down ``tree``, reached clients ``hops``
+        (and maybe durable subscriptions)."""
+        self._tree_of.pop(tx, None)
+        self._tree_of[tx] = tree
+        if len(self._tree_of) > MAX_REMEMBERED:
+            del self._tree_of[next(iter(self._tree_of))]
+        for hop in hops:
+            owed = self._owed.setdefault(hop, {})
+            owed[tx] = None
+            if len(owed) > MAX_REMEMBERED:
+                del owed[next(iter(owed))]
+
+    def ended(self, tx: str) -> None:
+        """``tx`` is over: no vote on it can change anything."""
+        self._tree_of.pop(tx, None)
+
+    def vote(self, session: Session, message: TxVote) -> list[Out]:
+        """A client's vote: sent on toward the producer's broker, and acknowledged."""
+        hop = session.hop
+        if message.vote is Vote.GONE:
+            return [(hop, Error("a client votes ready, failed or rollback", message.tx))]
+        tree = self._tree_of.get(message.tx)
+        if tree is None:
+            why = f"no open transaction {message.tx!r} whose publications reached this broker"
+            return [(hop, Error(why, message.tx))]
+        self._owed.get(hop, {}).pop(message.tx, None)
+        vote = RouteTxVote(message.tx, tree, session.name, message.vote, message.reason)
+        return [*self.route(vote, hop), (hop, Ok(message.tx))]
+
+    def gone(self, session: Session) -> list[Out]:
+        """The client's connection ended: it is gone for the transactions it owes a vote."""
+        out: list[Out] = []
+        for tx in self._owed.pop(session.hop, {}):
+            tree = self._tree_of.get(tx)
+            if tree is not None:
+                why = f"{session.name} disconnected"
+                out += self.route(RouteTxVote(tx, tree, session.name, Vote.GONE, why), "")
+        return out
+
+    def route(self, vote: RouteTxVote, hop: str) -> list[Out]:
+        """Send ``vote`` (from ``hop``) up its tree, or count it if the tree's root is here."""
+        tree = self.trees.get(vote.tree)
+        if tree is None or tree.parent == hop:
+            return []  # the tree is gone (its producer left): so is the transaction
+        if tree.parent in self._peers:
+            return [(tree.parent, vote)]
+        return self._count(vote)
