@@ -10,10 +10,17 @@ from datetime import UTC, datetime
 
 import pytest
 
+from padres.broker.routes import Out
+from padres.broker.session import Session
+from padres.broker.trees import Trees
+from padres.broker.votes import MAX_REMEMBERED, Votes
 from padres.language.parser import parse_advertisement, parse_subscription
 from padres.model.messages import Publication
 from padres.model.protocol import (
+    Error,
+    Ok,
     Outcome,
+    RouteTxVote,
     Subscribe,
     TxAbort,
     TxBegin,
@@ -108,6 +115,8 @@ def test_a_commit_waits_for_its_vital_consumers_ready(seed: int) -> None:
     sim.send(shop, TxCommit("t1", 2))
     sim.run()
     assert shop.acks.count("t1") == 1  # begun; the commit waits: stock has not reacted yet
+    assert sim.brokers["A"].transactions.statistics()["committing"] == 1
+    assert sim.brokers["C"].votes.statistics() == {"transactions": 1, "owed": 1}
     assert _seen(consumers["stock"]) == [(0, "committing"), (1, "committing")]
     assert _seen(consumers["billing"]) == []
     sim.send(consumers["billing"], TxVote(GID, Vote.READY))  # not vital: counts for nothing
@@ -119,6 +128,8 @@ def test_a_commit_waits_for_its_vital_consumers_ready(seed: int) -> None:
     assert _seen(consumers["billing"]) == [(0, "committed"), (1, "committed")]
     assert _seen(consumers["stock"])[2:] == [(0, "committed"), (1, "committed")]
     assert sim.brokers["A"].journal.committed(GID)
+    assert sim.brokers["A"].transactions.statistics()["committing"] == 0
+    assert sim.brokers["C"].votes.statistics() == {"transactions": 0, "owed": 0}
 
 
 @pytest.mark.parametrize(
@@ -194,3 +205,25 @@ def test_a_client_votes_only_on_what_reached_it() -> None:
     texts = [e.text for e in consumers["stock"].errors]
     assert "no open transaction 'shop@A:nothing'" in texts[0]
     assert "votes ready, failed or rollback" in texts[1]
+
+
+def test_a_broker_remembers_a_bounded_number_of_transactions_to_vote_on() -> None:
+    counted: list[RouteTxVote] = []
+    trees = Trees()
+    trees.add(parse_advertisement("[class,eq,'Order']", id="a1"), "T", "producer", ("B",))
+
+    def count(vote: RouteTxVote) -> list[Out]:
+        counted.append(vote)
+        return []
+
+    votes = Votes(trees, {}, count)
+    for n in range(MAX_REMEMBERED + 5):
+        votes.delivered(f"shop@B:t{n}", "T", ["consumer"])
+    assert votes.statistics() == {"transactions": MAX_REMEMBERED, "owed": MAX_REMEMBERED}
+    session = Session("consumer", "consumer@B")
+    assert isinstance(votes.vote(session, TxVote("shop@B:t0", Vote.READY))[0][1], Error)
+    assert votes.vote(session, TxVote("shop@B:t5", Vote.READY)) == [("consumer", Ok("shop@B:t5"))]
+    assert [v.tx for v in counted] == ["shop@B:t5"]  # counted here, the tree's root
+    votes.gone(session)
+    assert len(counted) == MAX_REMEMBERED and counted[-1].vote is Vote.GONE
+    assert votes.statistics()["owed"] == 0

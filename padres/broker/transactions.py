@@ -179,10 +179,11 @@ class Transactions:
         return len(self._open) + len(self._held)
 
     def statistics(self) -> dict[str, int]:
-        """Open transactions, their publications and bytes, and clients away whose
-        advertisements are held for them."""
+        """Open transactions, those whose commit waits for vital consumers, their publications
+        and bytes, and clients away whose advertisements are held for them."""
         return {
             "open": len(self._open),
+            "committing": sum(t.committing is not None for t in self._open.values()),
             "publications": sum(len(t.publications) for t in self._open.values()),
             "bytes": self._size,
             "held": len(self._held),

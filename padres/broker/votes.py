@@ -6,9 +6,10 @@ marks the transaction ``rollback`` only. Its broker sends the vote up the tree t
 publications came down (``RouteTxVote``), whose root is the producer's broker, which counts it
 (``padres.broker.transactions``). So each broker remembers, for the transactions whose
 publications it delivered to its clients and that have not ended, the tree they travel
-(``MAX_REMEMBERED`` at most, the oldest forgotten first), and which of its clients (plain
-subscribers) received them: one whose connection ends before it voted is ``gone``, which its
-broker says in its place.
+and which of its clients (plain subscribers) received them: one whose connection ends before it
+voted is ``gone``, which its broker says in its place. At most ``MAX_REMEMBERED`` transactions
+are remembered, the oldest forgotten first (a vote on one forgotten is refused, and its
+producer's commit times out).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from padres.model.protocol import Error, Ok, RouteTxVote, TxVote, Vote
 __all__ = ["MAX_REMEMBERED", "Count", "Votes"]
 
 MAX_REMEMBERED: Final = 10_000
-"""Transactions a broker remembers the tree of, and a client is remembered to owe a vote on."""
+"""Transactions a broker remembers the tree and the receivers of."""
 
 Count = Callable[[RouteTxVote], list[Out]]
 """Counts a vote that reached the producer's broker (``Transactions.vote``)."""
@@ -39,50 +40,50 @@ class Votes:
         self.trees = trees
         self._peers = peers
         self._count = count
-        self._tree_of: dict[str, str] = {}
-        """Transaction -> the tree its publications came down, oldest first."""
-        self._owed: dict[str, dict[str, None]] = {}
-        """Per client's hop, the transactions it received publications of, oldest first."""
+        self._open: dict[str, tuple[str, set[str]]] = {}
+        """Transaction -> the tree its publications came down, and the clients' hops that
+        received them and have not voted; oldest first."""
 
     def statistics(self) -> dict[str, int]:
-        return {"transactions": len(self._tree_of), "owed": sum(map(len, self._owed.values()))}
+        """Transactions remembered here, and the votes their receivers owe."""
+        return {
+            "transactions": len(self._open),
+            "owed": sum(len(hops) for _, hops in self._open.values()),
+        }
 
     def delivered(self, tx: str, tree: str, hops: Iterable[str]) -> None:
         """Publications of ``tx`` (open or committing), down ``tree``, reached clients ``hops``
         (and maybe durable subscriptions)."""
-        self._tree_of.pop(tx, None)
-        self._tree_of[tx] = tree
-        if len(self._tree_of) > MAX_REMEMBERED:
-            del self._tree_of[next(iter(self._tree_of))]
-        for hop in hops:
-            owed = self._owed.setdefault(hop, {})
-            owed[tx] = None
-            if len(owed) > MAX_REMEMBERED:
-                del owed[next(iter(owed))]
+        _, owing = self._open.pop(tx, ("", set()))
+        owing.update(hops)
+        self._open[tx] = (tree, owing)
+        if len(self._open) > MAX_REMEMBERED:
+            del self._open[next(iter(self._open))]
 
     def ended(self, tx: str) -> None:
         """``tx`` is over: no vote on it can change anything."""
-        self._tree_of.pop(tx, None)
+        self._open.pop(tx, None)
 
     def vote(self, session: Session, message: TxVote) -> list[Out]:
         """A client's vote: sent on toward the producer's broker, and acknowledged."""
         hop = session.hop
         if message.vote is Vote.GONE:
             return [(hop, Error("a client votes ready, failed or rollback", message.tx))]
-        tree = self._tree_of.get(message.tx)
-        if tree is None:
+        known = self._open.get(message.tx)
+        if known is None:
             why = f"no open transaction {message.tx!r} whose publications reached this broker"
             return [(hop, Error(why, message.tx))]
-        self._owed.get(hop, {}).pop(message.tx, None)
+        tree, owing = known
+        owing.discard(hop)
         vote = RouteTxVote(message.tx, tree, session.name, message.vote, message.reason)
         return [*self.route(vote, hop), (hop, Ok(message.tx))]
 
     def gone(self, session: Session) -> list[Out]:
         """The client's connection ended: it is gone for the transactions it owes a vote."""
         out: list[Out] = []
-        for tx in self._owed.pop(session.hop, {}):
-            tree = self._tree_of.get(tx)
-            if tree is not None:
+        for tx, (tree, owing) in list(self._open.items()):
+            if session.hop in owing:
+                owing.discard(session.hop)
                 why = f"{session.name} disconnected"
                 out += self.route(RouteTxVote(tx, tree, session.name, Vote.GONE, why), "")
         return out

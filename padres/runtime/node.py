@@ -370,6 +370,7 @@ class BrokerNode:
             "durables": b.durables.statistics(),
             "exceptions": b.dead_letters.queues(),
             "transactions": b.transactions.statistics(),
+            "votes": b.votes.statistics(),
         }
 
     async def serve(
