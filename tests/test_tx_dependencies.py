@@ -1,6 +1,7 @@
-"""Backward dependencies with real broker processes: a producer at broker A names a consumer at
-broker B vital; its commit completes once the consumer (a process of its own) has voted ready,
-and aborts when the consumer is killed (SIGKILL) before it voted."""
+"""Dependencies with real broker processes. Backward: a producer at broker A names a consumer
+at broker B vital; its commit completes once the consumer (a process of its own) has voted
+ready, and aborts when the consumer is killed (SIGKILL) before it voted. Forward: a consumer's
+reaction commits only if the transaction that triggered it ended as the reaction says."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def overlay() -> Iterator[tuple[str, str]]:
     """Brokers A and B, linked: their URLs."""
     a = BrokerProcess("A", options=["--heartbeat", "1"])
@@ -90,3 +91,61 @@ async def test_a_commit_waits_for_a_vital_consumer_and_aborts_when_it_dies(
                 consumer.wait()
                 assert consumer.stdout is not None
                 consumer.stdout.close()
+
+
+async def test_a_reaction_commits_only_if_its_trigger_ended_as_it_depends(
+    overlay: tuple[str, str],
+) -> None:
+    """Reactions at B to orders published in transactions at A: a shipment that commits only
+    if its order commits, and a refund that commits only if its order aborts."""
+    a, b = overlay
+    async with (
+        Client(a, "shop2") as shop,
+        Client(b, "warehouse") as warehouse,
+        Client(a, "ledger") as ledger,
+    ):
+        await shop.advertise("[class,eq,'Order'],[n,isPresent,0]")
+        await warehouse.advertise("[class,eq,'Shipment'],[n,isPresent,0],[kind,isPresent,'']")
+        orders = await warehouse.subscribe("[class,eq,'Order']", visibility="immediate")
+        booked = await ledger.subscribe("[class,eq,'Shipment']")  # on_commit
+
+        async def react(n: int, on: str) -> asyncio.Task[None]:
+            """The reaction to order ``n``, begun when its pending copy arrives."""
+            note = await orders.get(timeout=10)
+            assert isinstance(note, TxNotify) and note.publication.attributes["n"] == n
+            reaction = warehouse.transaction(trigger=note.tx, on=on, wait=10)
+            await reaction.begin()
+            kind = "shipment" if on == "committed" else "refund"
+            await reaction.publish({"class": "Shipment", "n": n, "kind": kind})
+            return asyncio.create_task(reaction.commit())
+
+        outcomes = []
+        for n, ends in ((1, "commit"), (2, "abort")):
+            for on in ("committed", "aborted"):
+                order = shop.transaction()
+                await order.begin()
+                await order.publish({"class": "Order", "n": n})
+                reaction = await react(n, on)
+                await asyncio.sleep(0.2)
+                assert not reaction.done()  # it waits for its trigger's outcome
+                await (order.commit() if ends == "commit" else order.abort())
+                try:
+                    await asyncio.wait_for(reaction, 10)
+                    outcomes.append((n, on, "committed"))
+                except TransactionAborted as exc:
+                    assert f"its trigger shop2@A:{order.id} was" in exc.reason
+                    outcomes.append((n, on, "aborted"))
+                (await orders.get(timeout=10))  # the order's outcome, as the reaction saw it
+        assert outcomes == [
+            (1, "committed", "committed"),
+            (1, "aborted", "aborted"),
+            (2, "committed", "aborted"),
+            (2, "aborted", "committed"),
+        ]
+        got = [await booked.get(timeout=10) for _ in range(2)]
+        assert [(g.publication.attributes["n"], g.publication.attributes["kind"]) for g in got] == [
+            (1, "shipment"),
+            (2, "refund"),
+        ]
+        with pytest.raises(TimeoutError):
+            await booked.get(timeout=0.5)

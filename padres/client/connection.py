@@ -64,6 +64,7 @@ from msgspec.structs import replace
 
 from padres.broker.durable import WINDOW, WINDOW_BYTES
 from padres.client.handling import Handler
+from padres.client.outcomes import Outcomes
 from padres.client.pending import (
     MAX_PENDING,
     MAX_PENDING_BYTES,
@@ -112,6 +113,7 @@ from padres.model.protocol import (
     Lost,
     Notify,
     Ok,
+    Outcome,
     Query,
     QueryResult,
     Rejected,
@@ -124,6 +126,7 @@ from padres.model.protocol import (
     Span,
     Subscribe,
     TxEnded,
+    TxNotify,
     TxVote,
     Visibility,
     Vote,
@@ -480,6 +483,9 @@ class Client:
         """Guaranteed publications sent and not yet acknowledged, in the order sent."""
         self._transactions: dict[str, Transaction] = {}
         """Transactions begun and not over, by id."""
+        self._outcomes = Outcomes()
+        """How the transactions delivered to it ended, for those of its own that depend on
+        them (``padres.client.outcomes``)."""
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
         self._acking = False
@@ -806,14 +812,24 @@ class Client:
             handle._end()
 
     def transaction(
-        self, id: str | None = None, *, vital: Sequence[str] = (), wait: float = 10.0
+        self,
+        id: str | None = None,
+        *,
+        vital: Sequence[str] = (),
+        wait: float = 10.0,
+        trigger: str | None = None,
+        on: Outcome | str = Outcome.COMMITTED,
     ) -> Transaction:
         """A transaction of publications: ``async with client.transaction() as tx:`` (see
         ``padres.client.transaction``); ``id``: the client's id for it, unique among this client's
         transactions, made here if None. ``vital``: the consumers (client names) whose reactions
-        its commit waits for, ``wait`` seconds at most (``docs/transactions.md``)."""
+        its commit waits for, ``wait`` seconds at most (``docs/transactions.md``). ``trigger``:
+        the transaction (``TxNotify.tx``) it reacts to: it commits only if that one ended with
+        ``on`` (``committed`` or ``aborted``), waiting ``wait`` seconds at most to learn it
+        (``padres.client.outcomes``)."""
         ident = id or f"{self._id('t')}.{self._instance}"
-        return Transaction(self, ident, vital=tuple(vital), wait=wait)
+        depends = None if trigger is None else (trigger, Outcome(on))
+        return Transaction(self, ident, vital=tuple(vital), wait=wait, trigger=depends)
 
     async def vote(self, tx: str, vote: Vote | str, reason: str = "") -> None:
         """Vote on transaction ``tx`` (``TxNotify.tx``), which this client received publications
@@ -1158,6 +1174,8 @@ class Client:
         """A message from the broker, of ``size`` bytes in its frame."""
         match item:
             case Notify():
+                if isinstance(item, TxNotify):
+                    self._outcomes.learned(item)
                 for sid in item.subscriptions:
                     handle = self._subs.get(sid)
                     if handle is not None:
@@ -1402,10 +1420,17 @@ class BlockingClient:
         self._call(self._client.flush(timeout))
 
     def transaction(
-        self, id: str | None = None, *, vital: Sequence[str] = (), wait: float = 10.0
+        self,
+        id: str | None = None,
+        *,
+        vital: Sequence[str] = (),
+        wait: float = 10.0,
+        trigger: str | None = None,
+        on: Outcome | str = Outcome.COMMITTED,
     ) -> BlockingTransaction:
         """A transaction of publications: ``with client.transaction() as tx:``."""
-        return BlockingTransaction(self, self._client.transaction(id, vital=vital, wait=wait))
+        made = self._client.transaction(id, vital=vital, wait=wait, trigger=trigger, on=on)
+        return BlockingTransaction(self, made)
 
     def declare_schema(
         self, class_name: str, attributes: str | Mapping[str, str | AttributeSpec]

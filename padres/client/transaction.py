@@ -16,9 +16,12 @@ outcome, ``deferred`` when the commit starts and again with the outcome, ``on_ab
 aborted. Consumers may vote on it (``Client.vote``): mark it rollback-only, or, if the
 producer named them ``vital``, say their reaction is ready or failed; its commit then waits for
 every vital consumer's ``ready`` (``wait`` seconds at most) and aborts if one fails, is gone,
-or is late. A transaction's life: NEW -> OPEN -> COMMITTED or
-ABORTED; its broker may abort it (its client was away too long, it stayed idle too long, it
-outgrew a limit), and then publishing or committing raises ``TransactionAborted`` saying why.
+or is late. A consumer's own transaction may react to one it received (``trigger``): it then
+commits only if that one ended as it says (``padres.client.outcomes``).
+
+A transaction's life: NEW -> OPEN -> COMMITTED or ABORTED; its broker may abort it (its client
+was away too long, it stayed idle too long, it outgrew a limit), and then publishing or
+committing raises ``TransactionAborted`` saying why.
 A client made with ``reconnect=True`` goes on with its open transactions after a reconnect
 if the broker still holds them (``padres broker --tx-linger``); what it publishes while the
 connection is down raises ``ConnectionLost``. A commit whose answer was lost with the
@@ -42,7 +45,7 @@ from padres.errors import (
     TransactionLimit,
 )
 from padres.model.messages import Publication
-from padres.model.protocol import Ok, TxAbort, TxBegin, TxCommit, TxEnded, TxPublish
+from padres.model.protocol import Ok, Outcome, TxAbort, TxBegin, TxCommit, TxEnded, TxPublish
 
 if TYPE_CHECKING:
     from padres.client.connection import BlockingClient, Client
@@ -64,13 +67,21 @@ class Transaction:
     ``begin``, ``publish``, and ``commit`` or ``abort``."""
 
     def __init__(
-        self, client: Client, ident: str, *, vital: tuple[str, ...] = (), wait: float = 10.0
+        self,
+        client: Client,
+        ident: str,
+        *,
+        vital: tuple[str, ...] = (),
+        wait: float = 10.0,
+        trigger: tuple[str, Outcome] | None = None,
     ) -> None:
         """``vital``: the consumers whose reactions its commit waits for, ``wait`` seconds at
-        most."""
+        most; ``trigger``: the transaction it reacts to and the outcome that one must have for
+        this one to commit (``padres.client.outcomes``)."""
         self.id = ident
         self.vital = vital
         self.wait = wait
+        self.trigger = trigger
         self.state = TransactionState.NEW
         self.count = 0
         """Publications made in it."""
@@ -119,6 +130,8 @@ class Transaction:
         if self.state is TransactionState.COMMITTED:
             return
         self._check_open("commit")
+        if self.trigger is not None:
+            await self._depend(*self.trigger)
         self._committing = True
         try:
             reply = await self._ask(TxCommit(self.id, self.count))
@@ -132,6 +145,21 @@ class Transaction:
             self._check_open("commit")
         self.state = TransactionState.COMMITTED
         self._client._transactions.pop(self.id, None)
+
+    async def _depend(self, trigger: str, on: Outcome) -> None:
+        """Wait for the outcome of ``trigger``; abort unless it is ``on``."""
+        outcome = await self._client._outcomes.of(trigger, self.wait)
+        if outcome is on:
+            return
+        if outcome is None:
+            why = f"the outcome of its trigger {trigger} did not come within {self.wait:g} s"
+        else:
+            why = f"its trigger {trigger} was {outcome.value}, not {on.value}"
+        if self.state is TransactionState.OPEN:
+            with contextlib.suppress(PadresError, TimeoutError):
+                await self._ask(TxAbort(self.id))
+        self._ended(why)
+        self._check_open("commit")
 
     async def abort(self) -> None:
         """Abort: ``on_abort`` subscribers get its publications, ``immediate`` ones the
