@@ -1,16 +1,20 @@
 """historic: publications stored in a database and queried with the language's filters
-(database nodes answer historic subscriptions), and published from an application's own database
-transaction (``historic.outbox``)."""
+(database nodes answer historic subscriptions), published from an application's own database
+transaction (``historic.outbox``), and consumed into it (``historic.inbox``)."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from historic.errors import OutboxError, StoreError, StoreUnavailable
+    from historic.errors import InboxError, OutboxError, StoreError, StoreUnavailable
+    from historic.inbox import AtomicConsumer, TransactionalInbox
     from historic.outbox import OutboxRelay, TransactionalOutbox
     from historic.store import Store
 
 _HOMES = {
+    "AtomicConsumer": "inbox",
+    "InboxError": "errors",
+    "TransactionalInbox": "inbox",
     "OutboxError": "errors",
     "StoreError": "errors",
     "StoreUnavailable": "errors",
@@ -22,11 +26,14 @@ _HOMES = {
 and the command line, which imports ``historic.cli``, needs it only to run ``padres db``."""
 
 __all__ = [
+    "AtomicConsumer",
+    "InboxError",
     "OutboxError",
     "OutboxRelay",
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "TransactionalInbox",
     "TransactionalOutbox",
 ]
 
