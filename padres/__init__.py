@@ -63,7 +63,7 @@ from padres.model.messages import (
     VarType,
 )
 from padres.model.printer import format_batch_line, format_message
-from padres.model.protocol import Lost, Outcome, TxNotify, Visibility
+from padres.model.protocol import Lost, Outcome, TxNotify, Visibility, Vote
 from padres.security.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
@@ -131,6 +131,7 @@ __all__ = [
     "VarType",
     "Variable",
     "Visibility",
+    "Vote",
     "decode",
     "encode",
     "filter_bindings",

@@ -147,3 +147,18 @@ async def test_a_reaction_commits_only_if_its_trigger_ended_as_it_depends(
         assert [(p["n"], p["kind"]) for p in pubs] == [(1, "shipment"), (2, "refund")]
         with pytest.raises(TimeoutError):
             await booked.get(timeout=0.5)
+
+
+def test_the_command_line_commits_only_once_its_vital_consumers_are_ready(
+    overlay: tuple[str, str],
+) -> None:
+    """``padres pub --transaction --vital``: no consumer named ``audit`` reacts, so the commit
+    is aborted once its wait is over, and the command fails saying so."""
+    a, _ = overlay
+    command = [sys.executable, "-m", "padres.cli", "pub", "--broker", a, "--transaction"]
+    options = ["--vital", "audit", "--vital-wait", "0.5", "[class,'Order'],[n,7]"]
+    done = subprocess.run(
+        [*command, *options], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert "its vital consumers audit did not report ready within 0.5 s" in done.stderr

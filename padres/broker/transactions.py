@@ -304,6 +304,10 @@ class Transactions:
     def _commit(self, tx: _Open, now: float) -> list[Out]:
         """Write ``tx``'s publications to the journal and send them down their trees as
         committed; its client is answered."""
+        if tx.committing is not None:  # it waited: an id may have been used meanwhile
+            reused = self._reused(tx, [pub for pub, _ in tx.publications])
+            if reused is not None:
+                return self._abort(tx, reused, tell=True)
         hop = tx.hop or ""
         with self.journal.atomic():  # all of them, or none if the disk fails
             positions = [self.journal.append(t, pub, now, tx.gid)[0] for pub, t in tx.publications]

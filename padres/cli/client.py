@@ -91,6 +91,21 @@ def register(commands: Any) -> None:
         help="publish them all in one transaction: subscribers see all of them or none; exit "
         "once it is committed (docs/transactions.md)",
     )
+    p.add_argument(
+        "--vital",
+        action="append",
+        default=[],
+        metavar="CLIENT",
+        help="with --transaction: a consumer whose reaction is vital, the commit waits for its "
+        "ready vote (repeat for several)",
+    )
+    p.add_argument(
+        "--vital-wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --vital: how long the commit waits for the votes (default 10)",
+    )
     p.set_defaults(run=run_pub)
 
     s = commands.add_parser("sub", help="subscribe and print what arrives")
@@ -110,7 +125,8 @@ def register(commands: Any) -> None:
         choices=[v.value for v in Visibility],
         default=Visibility.ON_COMMIT.value,
         help="which publications of transactions to print: on_commit (committed ones, the "
-        "default), immediate (each at once, then its outcome), on_abort (aborted ones)",
+        "default), immediate (each at once, then its outcome), deferred (each when its commit "
+        "starts, then its outcome), on_abort (aborted ones)",
     )
     add_detach_option(s, "the subscription is in place (deliveries go to standard output)")
     s.set_defaults(run=run_sub)
@@ -278,7 +294,7 @@ async def _pub(args: argparse.Namespace) -> int:
         filters = [a.filter for a in advs if isinstance(a, Advertisement)]
         made = [await client.advertise(flt) for flt in filters or _derived_advertisements(pubs)]
         if args.transaction:
-            async with client.transaction() as tx:
+            async with client.transaction(vital=args.vital, wait=args.vital_wait) as tx:
                 for pub in pubs:  # with ids of this run: the broker keeps them
                     await tx.publish(dict(pub.attributes))
         else:
