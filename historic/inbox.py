@@ -205,8 +205,14 @@ class AtomicConsumer:
 
     async def start(self) -> AtomicConsumer:
         """Read where the consumer stands and make (or resume) the subscription after it;
-        ``InboxError`` if the subscription lives at another broker than the client's."""
+        ``InboxError`` if the subscription lives at another broker than the client's, or if
+        the client may fail over to other brokers."""
         client = self.client
+        if len(client.urls) > 1:  # a move would number its deliveries anew
+            raise InboxError(
+                f"an atomic consumer resumes its subscription at one broker: give client "
+                f"{client.name} one broker's URL, not {len(client.urls)}"
+            )
         position = await asyncio.to_thread(
             self.inbox.position, client.name, self.subscription, client.broker
         )

@@ -136,6 +136,9 @@ async def test_a_delivery_and_its_record_commit_together(
         async with Client(broker.url, name) as client:
             with pytest.raises(InboxError, match="lives at broker elsewhere"):
                 await AtomicConsumer(client, inbox, "orders", FILTER, apply).start()
+        async with Client([broker.url, "ws://127.0.0.1:1"], name) as client:
+            with pytest.raises(InboxError, match=r"give client .* one broker's URL, not 2"):
+                await AtomicConsumer(client, inbox, "orders", FILTER, apply).start()
     finally:
         engine.dispose()
 

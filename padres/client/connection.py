@@ -447,6 +447,8 @@ class Client:
             tls = client_context(tls_ca) if any(map(secure, urls)) else None
             transport = dial(urls, timeout=timeout, tls=tls)
         self.url = urls[0]
+        self.urls = tuple(urls)
+        """The brokers it may connect to, in the order tried."""
         self._dial = transport
         self.name = name
         self.credentials = Credentials(user, password, token)
