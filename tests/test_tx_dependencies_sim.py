@@ -6,6 +6,7 @@ is late; any consumer may mark a transaction rollback-only."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +15,7 @@ from padres.broker.routes import Out
 from padres.broker.session import Session
 from padres.broker.trees import Trees
 from padres.broker.votes import MAX_REMEMBERED, Votes
+from padres.errors import DecodeError
 from padres.language.parser import parse_advertisement, parse_subscription
 from padres.model.messages import Publication
 from padres.model.protocol import (
@@ -31,6 +33,7 @@ from padres.model.protocol import (
     TxVote,
     Visibility,
     Vote,
+    envelope_from_dict,
 )
 from padres.runtime.simulation import SimClient, Simulation
 
@@ -227,3 +230,20 @@ def test_a_broker_remembers_a_bounded_number_of_transactions_to_vote_on() -> Non
     votes.gone(session)
     assert len(counted) == MAX_REMEMBERED and counted[-1].vote is Vote.GONE
     assert votes.statistics()["owed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("message", "refusal"),
+    [
+        ({"type": "tx_begin", "tx": "t1", "vital": [f"c{i}" for i in range(101)]}, "length <= 100"),
+        ({"type": "tx_begin", "tx": "t1", "wait": 601}, "<= 600.0"),
+        ({"type": "tx_begin", "tx": "t1", "wait": 0}, "> 0"),
+        ({"type": "tx_vote", "tx": GID, "vote": "ready", "reason": "r" * 1001}, "length <= 1000"),
+        ({"type": "tx_vote", "tx": GID, "vote": "maybe"}, "unknown value 'maybe'"),
+    ],
+)
+def test_votes_and_vital_groups_beyond_the_limits_are_refused_when_read(
+    message: dict[str, object], refusal: str
+) -> None:
+    with pytest.raises(DecodeError, match=re.escape(refusal)):
+        envelope_from_dict({"v": 1, **message})
