@@ -119,6 +119,21 @@ def register_benchmarks(benches: Any) -> None:
     e.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
     data_and_json(e)
     e.set_defaults(run=run_peers_bench)
+    i = benches.add_parser(
+        "inbox", help="consuming into a database: atomic consumption against ack after commit"
+    )
+    i.add_argument("--count", type=int, default=20_000, help="guaranteed publications consumed")
+    i.add_argument("--url", help="the consumer's database URL (default: a fresh SQLite file)")
+    i.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    i.set_defaults(run=run_inbox_bench)
+
+
+def run_inbox_bench(args: argparse.Namespace) -> int:
+    from historic.bench import inbox
+
+    result = inbox.run(args.count, args.url)
+    show(args, result, inbox.report)
+    return 0 if result["atomic_once_in_order"] and result["plain_once_in_order"] else 1
 
 
 def run_history_bench(args: argparse.Namespace) -> int:
