@@ -169,8 +169,10 @@ async def test_a_consumer_killed_at_random_points_applies_each_delivery_once_in_
     over: in the middle of its transaction, right after its commit, or from outside at a
     random moment, and started again; in the second round its broker is killed too, and
     restarted on its journal, while the consumer runs. Every publication is applied exactly
-    once, in order."""
-    total, tag, rounds = 100, _apart(database, "k"), 3
+    once, in order. ``PADRES_TEST_KILLS``: how many times (3 by default, one of each kind),
+    ``PADRES_TEST_SEED`` the random choices."""
+    rounds = int(os.environ.get("PADRES_TEST_KILLS", "3"))  # more for a longer run
+    total, tag = 100 * max(1, rounds // 3), _apart(database, "k")
     rng = random.Random(int(os.environ.get("PADRES_TEST_SEED", "7")))
     engine = sqlalchemy.create_engine(database)
     publisher: asyncio.Task[None] | None = None
