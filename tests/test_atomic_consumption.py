@@ -20,7 +20,7 @@ import sqlalchemy
 from sqlalchemy.orm import Session
 
 from historic.errors import InboxError
-from historic.inbox import AtomicConsumer, TransactionalInbox
+from historic.inbox import AtomicConsumer, Position, TransactionalInbox
 from padres.client.connection import Client
 from padres.model.messages import Origin, Publication
 from padres.model.protocol import Notify
@@ -139,6 +139,8 @@ async def test_a_delivery_and_its_record_commit_together(
         async with Client([broker.url, "ws://127.0.0.1:1"], name) as client:
             with pytest.raises(InboxError, match=r"give client .* one broker's URL, not 2"):
                 await AtomicConsumer(client, inbox, "orders", FILTER, apply).start()
+        inbox.forget(name, "orders")  # ended for good: a new subscription starts from nothing
+        assert inbox.position(name, "orders", "B") == Position("B")
     finally:
         engine.dispose()
 
