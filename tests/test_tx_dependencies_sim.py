@@ -247,3 +247,19 @@ def test_votes_and_vital_groups_beyond_the_limits_are_refused_when_read(
 ) -> None:
     with pytest.raises(DecodeError, match=re.escape(refusal)):
         envelope_from_dict({"v": 1, **message})
+
+
+def test_a_vital_consumer_at_the_producers_own_broker_votes_there() -> None:
+    sim, shop, _ = _overlay(1)
+    local = sim.attach("local", "A")
+    sim.send(
+        local, Subscribe(parse_subscription("[class,eq,'Order']", id="s"), Visibility.DEFERRED)
+    )
+    sim.run()
+    _begin(sim, shop, 1, vital=("local@A",))
+    sim.send(shop, TxCommit("t1", 1))
+    sim.run()
+    assert shop.acks.count("t1") == 1 and _seen(local) == [(0, "committing")]
+    sim.send(local, TxVote(GID, Vote.READY))
+    sim.run()
+    assert shop.acks.count("t1") == 2 and _seen(local)[1:] == [(0, "committed")]
