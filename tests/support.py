@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
-import socket
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -17,7 +14,7 @@ from padres.client.connection import Delivery
 from padres.model.protocol import Notify, http_url
 from padres.runtime.backoff import Backoff
 
-__all__ = ["Numbers", "Proxy", "eventually", "health", "wait_linked"]
+__all__ = ["Numbers", "eventually", "health", "wait_linked"]
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 15.0) -> None:
@@ -78,75 +75,3 @@ class Numbers:
     def __call__(self, delivery: Delivery) -> None:
         assert isinstance(delivery, Notify)
         self.got.append(int(delivery.publication.attributes["n"]))
-
-
-class Proxy:
-    """A TCP proxy in front of a port on this machine: what goes toward that port can be held
-    to ``rate`` bytes a second (a slow link), the proxy stalled (it forwards nothing either way
-    until resumed, and closes nothing: a peer that stopped reading and answering), and cut (a
-    lost way to it alone)."""
-
-    def __init__(self, port: int, rate: float | None = None, buffers: int | None = None) -> None:
-        """``buffers``: the bytes of kernel buffer its sockets toward ``port`` ask for, and
-        of its own reading (the system's defaults if None): what a stalled proxy holds."""
-        self.port = port
-        self.rate = rate
-        self.buffers = buffers
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-
-    async def start(self) -> str:
-        """Listen; returns the proxy's ``ws://`` URL."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/ws"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.buffers is None:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
-        else:
-            up = socket.socket()
-            up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffers)
-            up.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffers)
-            up.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(up, ("127.0.0.1", self.port))
-            up_reader, up_writer = await asyncio.open_connection(sock=up, limit=self.buffers)
-        self._writers += [writer, up_writer]
-        await asyncio.gather(
-            self._pipe(reader, up_writer, self.rate), self._pipe(up_reader, writer, None)
-        )
-
-    async def _pipe(
-        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, rate: float | None
-    ) -> None:
-        with contextlib.suppress(ConnectionError):
-            while True:
-                await self._flowing.wait()
-                data = await source.read(16384)
-                if not data:
-                    break
-                await self._flowing.wait()  # what was read as it stalled waits too
-                sink.write(data)
-                await sink.drain()
-                if rate is not None:
-                    await asyncio.sleep(len(data) / rate)
-        sink.close()
-
-    def stall(self) -> None:
-        """Forward nothing more, either way, until ``resume``: the sockets stay open and
-        unread, so what is sent toward them fills the buffers on the way."""
-        self._flowing.clear()
-
-    def resume(self) -> None:
-        self._flowing.set()
-
-    async def cut(self) -> None:
-        """Close every connection through the proxy, and take no more."""
-        if self._server is not None:
-            self._server.close()
-        for writer in self._writers:
-            writer.transport.abort()
-        self._writers.clear()
-        if self._server is not None:
-            await self._server.wait_closed()

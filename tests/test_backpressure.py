@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from padres.client.connection import Client
 from padres.model.messages import Publication
 from padres.testing.processes import BrokerProcess
-from tests.support import Numbers, Proxy, eventually, health
+from padres.testing.proxy import Proxy
+from tests.support import Numbers, eventually, health
 
 COUNT = 6000
 BATCH = 100

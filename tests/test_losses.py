@@ -36,7 +36,8 @@ from padres.runtime.send_queue import SendQueue
 from padres.runtime.simulation import SimClient, Simulation
 from padres.runtime.unsent import summarise
 from padres.testing.processes import BrokerProcess
-from tests.support import Numbers, Proxy, eventually, health
+from padres.testing.proxy import Proxy
+from tests.support import Numbers, eventually, health
 
 # -- the tally -------------------------------------------------------------------------------------
 

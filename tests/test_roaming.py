@@ -13,7 +13,8 @@ import httpx
 
 from padres.client.connection import Client
 from padres.testing.processes import BrokerProcess, DatabaseProcess
-from tests.support import Numbers, Proxy, eventually, wait_linked
+from padres.testing.proxy import Proxy
+from tests.support import Numbers, eventually, wait_linked
 
 COUNT = 900
 

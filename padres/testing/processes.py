@@ -66,18 +66,25 @@ class _Child:
     """A ``padres`` child process that prints a line matching ``ready`` once it is up."""
 
     def __init__(
-        self, name: str, ready: str, log: IO[bytes] | None, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        ready: str,
+        log: IO[bytes] | None,
+        env: Mapping[str, str] | None = None,
+        within: Sequence[str] = (),
     ) -> None:
+        """``within``: what runs the command elsewhere, put before it (``Host.prefix``)."""
         self.name = name
         self._ready = re.compile(ready)
         self._log = log
         self._env = dict(env or {})
+        self._within = list(within)
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _start(self, args: list[str], timeout: float) -> re.Match[str]:
         self.stop()  # a restart: let go of the previous process
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "padres.cli", *args],
+            [*self._within, sys.executable, "-m", "padres.cli", *args],
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self._env},
@@ -152,12 +159,17 @@ class BrokerProcess(_Child):
         log: IO[bytes] | None = None,
         skew: float = 0.0,
         quiet: bool = True,
+        host: str = "127.0.0.1",
+        within: Sequence[str] = (),
     ) -> None:
         """``skew``: seconds its clock runs off this machine's (see ``faketime``); ``log``:
-        where its standard error goes (nowhere if None), warnings only if ``quiet``."""
+        where its standard error goes (nowhere if None), warnings only if ``quiet``;
+        ``host``: the address it listens on; ``within``: what runs it on another host
+        (``padres.testing.hosts``: ``Host.prefix``)."""
         env = faketime(skew) if skew else None
-        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, env)
+        super().__init__(f"broker {broker_id}", r"listening on (wss?://\S+)", log, env, within)
         self.id = broker_id
+        self.host = host
         self.port = port
         self.neighbours = list(neighbours)
         self.options = list(options)
@@ -166,7 +178,8 @@ class BrokerProcess(_Child):
 
     def start(self, timeout: float = 20.0) -> str:
         """Start the process and wait until it listens; returns its URL."""
-        args = ["broker", "--id", self.id, "--port", str(self.port), *self.options]
+        args = ["broker", "--id", self.id, "--host", self.host, "--port", str(self.port)]
+        args += self.options
         if self.quiet:
             args.append("--quiet")
         for n in self.neighbours:

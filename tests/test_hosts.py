@@ -1,0 +1,224 @@
+"""Brokers on test hosts of their own (network namespaces): a chain A-B-C across three hosts,
+whose link from C to B goes through a proxy on this machine. A publication crosses the hosts;
+a host's link set down and up again, a partition the proxy makes (silent, then a reset) and a
+link held to a rate are each recovered from or coped with by the brokers themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from padres.client.connection import Client, SubscriptionHandle
+from padres.model.protocol import Notify
+from padres.testing.hosts import Host, Hosts, sweep, unavailable
+from padres.testing.processes import BrokerProcess
+from padres.testing.proxy import Proxy
+from tests.support import eventually, health
+
+WHY = unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+HEARTBEAT = 0.5
+"""Seconds between pings on every link: a silent link is given up after twice that."""
+PORT = 8001
+"""Every broker listens on this port of its own host."""
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """One event loop for the module: the proxy of the shared chain runs in it."""
+    return "asyncio"
+
+
+@dataclass
+class Chain:
+    hosts: Hosts
+    brokers: dict[str, BrokerProcess]
+    proxy: Proxy
+    publisher: Client
+    subscriber: Client
+    subscription: SubscriptionHandle
+
+    def url(self, name: str) -> str:
+        return self.brokers[name].url
+
+    async def linked(self) -> None:
+        await _linked(self.brokers)
+
+    async def crosses(self, n: int, timeout: float = 5.0) -> float:
+        """Publish ``[n,n]`` at A; the seconds until the subscriber at C has it."""
+        started = time.monotonic()
+        await self.publisher.publish(f"[class,'T'],[n,{n}]")
+        got = await self.subscription.get(timeout)
+        assert isinstance(got, Notify) and got.publication.attributes["n"] == n
+        return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+async def chain() -> AsyncIterator[Chain]:
+    with Hosts(3) as hosts:
+        proxy = Proxy(PORT, host=hosts[1].address, listen=hosts.gateway)
+        via = await proxy.start()
+        options = ["--heartbeat", str(HEARTBEAT)]
+        a, b, c = (_broker(name, host) for name, host in zip("ABC", hosts, strict=True))
+        b.neighbours = [f"ws://{a.host}:{PORT}/ws"]
+        c.neighbours = [via]
+        brokers = {"A": a, "B": b, "C": c}
+        try:
+            for proc in brokers.values():
+                proc.options = options
+            # Start them side by side, waiting without blocking the proxy's loop.
+            await asyncio.gather(*(asyncio.to_thread(p.start) for p in brokers.values()))
+            async with (
+                Client(a.url, "pub", timeout=20) as publisher,
+                Client(c.url, "sub", timeout=20) as subscriber,
+            ):
+                await _linked(brokers)
+                await publisher.advertise("[class,eq,'T'],[n,isPresent,0]")
+                subscription = await subscriber.subscribe("[class,eq,'T']")
+                yield Chain(hosts, brokers, proxy, publisher, subscriber, subscription)
+        finally:
+            await proxy.cut()
+            await asyncio.gather(*(asyncio.to_thread(p.stop) for p in brokers.values()))
+
+
+async def _linked(brokers: dict[str, BrokerProcess]) -> None:
+    """Wait until A-B and B-C are both up."""
+    wanted = {"A": ["B"], "B": ["A", "C"], "C": ["B"]}
+    await eventually(
+        lambda: all(health(brokers[n].url)["neighbours"] == w for n, w in wanted.items()),
+        timeout=20,
+    )
+
+
+def _broker(name: str, host: Host) -> BrokerProcess:
+    return BrokerProcess(name, port=PORT, host=host.address, within=host.prefix)
+
+
+async def test_a_publication_crosses_three_hosts(chain: Chain) -> None:
+    hosts = [h.address for h in chain.hosts]
+    assert [chain.url(n) for n in "ABC"] == [f"ws://{a}:{PORT}/ws" for a in hosts]
+    assert len(set(hosts)) == 3 and chain.hosts.gateway not in hosts
+    for n in range(1, 4):
+        await chain.crosses(n)
+
+
+async def test_a_link_set_down_and_up_again_is_recovered_by_the_brokers(chain: Chain) -> None:
+    """B's host loses its link: both of B's links fall silent (nothing resets them), A and
+    C give them up after two heartbeats, and once the link is back they link again."""
+    chain.hosts[1].down()
+    try:
+        await eventually(lambda: health(chain.url("A"))["neighbours"] == [], timeout=10)
+        await eventually(lambda: health(chain.url("C"))["neighbours"] == [], timeout=10)
+        await chain.publisher.publish("[class,'T'],[n,100]")  # goes nowhere: no way to C
+    finally:
+        chain.hosts[1].up()
+    await chain.linked()
+    await chain.crosses(101)  # the subscription was routed again: 100 never came
+
+
+async def test_a_silent_partition_made_by_the_proxy(chain: Chain) -> None:
+    """The proxy stalls: the link from C falls silent, C gives it up, and its new link hangs
+    in the proxy until the partition ends."""
+    chain.proxy.stall()
+    try:
+        await eventually(lambda: health(chain.url("C"))["neighbours"] == [], timeout=10)
+        await chain.publisher.publish("[class,'T'],[n,200]")
+    finally:
+        chain.proxy.resume()
+    await chain.linked()
+    await chain.crosses(201)
+
+
+async def test_a_partition_cut_and_restored_and_a_delayed_link(chain: Chain) -> None:
+    """The proxy cuts the link (and refuses new ones) until restored; then it delays every
+    chunk by 0.3 s each way, which a publication from A to C pays once."""
+    await chain.proxy.cut()
+    try:
+        await eventually(lambda: health(chain.url("C"))["neighbours"] == [], timeout=10)
+        await chain.publisher.publish("[class,'T'],[n,300]")
+    finally:
+        await chain.proxy.restore()
+    await chain.linked()
+    fast = await chain.crosses(301)
+    chain.proxy.delay = 0.3
+    try:
+        slow = await chain.crosses(302)
+    finally:
+        chain.proxy.delay = 0.0
+    assert fast < 0.3 <= slow < 0.3 + fast + 1.0, (fast, slow)
+
+
+async def test_a_rate_limited_link_delivers_everything_at_its_rate(chain: Chain) -> None:
+    """C's host is held to 2 Mbit/s each way: 300 KB of publications take about 1.2 s to
+    reach the subscriber at C, all of them, in order."""
+    rate = 2_000_000
+    payload = "x" * 3000
+    count = 100
+    chain.hosts[2].limit(rate)
+    try:
+        started = time.monotonic()
+        for n in range(count):
+            await chain.publisher.publish(f"[class,'T'],[n,{1000 + n}],[pad,'{payload}']")
+        got = [await chain.subscription.get(20) for _ in range(count)]
+        took = time.monotonic() - started
+    finally:
+        chain.hosts[2].unlimit()
+    numbers = [d.publication.attributes["n"] for d in got if isinstance(d, Notify)]
+    assert numbers == list(range(1000, 1000 + count))
+    assert took >= 0.8 * count * len(payload) * 8 / rate, took
+
+
+# -- the harness itself ----------------------------------------------------------------------------
+
+
+def _names() -> str:
+    made = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    return made.stdout + links.stdout
+
+
+def test_hosts_leave_nothing_behind_even_when_the_test_fails() -> None:
+    made: list[str] = []
+    with pytest.raises(RuntimeError), Hosts(2) as hosts, Hosts(1) as more:
+        for each in (hosts, more):
+            made += [h.namespace for h in each] + [h.link for h in each] + [each.bridge]
+        assert all(name in _names() for name in made)
+        assert more.gateway.rsplit(".", 1)[0] != hosts.gateway.rsplit(".", 1)[0]
+        raise RuntimeError("the test failed")
+    left = _names()
+    assert len(made) == 8 and not any(name in left for name in made)
+
+
+@pytest.fixture
+def dead_pid() -> Iterator[int]:
+    """The id of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    yield proc.pid
+
+
+def test_a_sweep_removes_what_a_run_that_died_left(dead_pid: int) -> None:
+    namespace, link = f"padres-{dead_pid}-0-0", f"pd{dead_pid}-0h0"
+    mine = f"padres-{os.getpid()}-f-99"
+    for made in (["netns", "add", namespace], ["netns", "add", mine]):
+        subprocess.run(["ip", *made], check=True)
+    subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"pd{dead_pid}-0p0"])
+    try:
+        swept = sweep()
+        assert namespace in swept and link in swept
+        left = _names()
+        assert namespace not in left and link not in left
+        assert mine in left  # this run's own are kept
+    finally:
+        for name in (namespace, mine):
+            with contextlib.suppress(subprocess.CalledProcessError):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
