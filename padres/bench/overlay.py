@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -81,7 +81,7 @@ def random_filter(rng: random.Random, cls: str | None = None, most: int = 2) -> 
     return Filter(tuple(preds))
 
 
-def _publication(rng: random.Random, adv: Filter, ident: str) -> Publication | None:
+def conforming(rng: random.Random, adv: Filter, ident: str) -> Publication | None:
     """A publication that conforms to ``adv`` (None if random tries find none)."""
     for _ in range(50):
         attrs: dict[str, Any] = {"class": adv.class_name}
@@ -109,7 +109,7 @@ def _composite(rng: random.Random, ident: str) -> CompositeSubscription:
 
 
 @dataclass
-class _Held:
+class Held:
     """A subscription or advertisement the oracle knows: whose, what, since which round."""
 
     client: str
@@ -121,8 +121,8 @@ class _Held:
 @dataclass
 class Oracle:
     round: int = 0
-    subs: dict[tuple[str, str], _Held] = field(default_factory=dict)
-    advs: dict[tuple[str, str], _Held] = field(default_factory=dict)
+    subs: dict[tuple[str, str], Held] = field(default_factory=dict)
+    advs: dict[tuple[str, str], Held] = field(default_factory=dict)
     touched: set[tuple[str, str]] = field(default_factory=set)
     pubs: list[tuple[Publication, str, str, frozenset[tuple[str, str]]]] = field(
         default_factory=list
@@ -136,8 +136,55 @@ class Oracle:
     deliveries: int = 0
     composite_matches: int = 0
 
-    def settled(self, key: tuple[str, str], held: _Held) -> bool:
+    def settled(self, key: tuple[str, str], held: Held) -> bool:
         return held.since < self.round and key not in self.touched
+
+    def owed(self, connected: Collection[str]) -> Iterator[tuple[str, str, str]]:
+        """Client, publication id and subscription id of every delivery this round's
+        publications owe: to each subscription (not composite) of a ``connected`` client that
+        matches, when the subscription and the publisher's advertisement had been acknowledged
+        before the publication was sent and neither was withdrawn since."""
+        for pub, publisher, aid, acked in self.pubs:
+            if (publisher, aid) not in self.advs or (publisher, aid) not in acked:
+                continue
+            for key, held in self.subs.items():
+                if (
+                    held.composite is None
+                    and key[0] in connected
+                    and key in acked
+                    and matches(held.filter, pub)
+                ):
+                    yield key[0], pub.id, key[1]
+
+    def check(
+        self, fresh: Mapping[str, Sequence[tuple[str, Collection[str]]]], connected: Collection[str]
+    ) -> None:
+        """Check the round's deliveries against the rules (see the module docstring).
+        ``fresh``: each client's deliveries since the last check, as the publication's id and
+        the subscriptions it came for; ``connected``: the clients still connected."""
+        by_id = {pub.id: pub for pub, _, _, _ in self.pubs}
+        got: dict[str, dict[str, set[str]]] = {}
+        for client, notes in fresh.items():
+            mine = got.setdefault(client, {})
+            for pid, sids in notes:
+                if pid in mine:
+                    self.violations.append(f"{client} received {pid} twice")
+                mine[pid] = set(sids)
+                self.deliveries += 1
+                pub = by_id.get(pid)
+                if pub is None:
+                    continue
+                for sid in sids:
+                    key = (client, sid)
+                    known = self.subs.get(key)
+                    if known is None and key not in self.touched:
+                        self.violations.append(f"{client} got {pid} for unknown {sid}")
+                    elif known is not None and not matches(known.filter, pub):
+                        self.violations.append(f"{client} got {pid} for {sid}, not matching")
+        for client, pid, sid in self.owed(connected):
+            self.checked += 1
+            if sid not in got.get(client, {}).get(pid, ()):
+                self.violations.append(f"{client} missed {pid} for {sid}")
 
 
 class Driver:
@@ -182,7 +229,7 @@ class Driver:
     def _client(self) -> SimClient | None:
         return self.live[self.rng.choice(sorted(self.live))] if self.live else None
 
-    def _mine(self, held: dict[tuple[str, str], _Held], composite: bool = False) -> Any:
+    def _mine(self, held: dict[tuple[str, str], Held], composite: bool = False) -> Any:
         keys = [k for k, h in held.items() if (h.composite is not None) == composite]
         return self.rng.choice(sorted(keys)) if keys else None
 
@@ -192,7 +239,7 @@ class Driver:
             return
         aid = self._next("a")
         flt = random_filter(self.rng)
-        self.oracle.advs[(client.name, aid)] = _Held(client.name, flt, self.oracle.round)
+        self.oracle.advs[(client.name, aid)] = Held(client.name, flt, self.oracle.round)
         self.oracle.touched.add((client.name, aid))
         self.sim.send(client, Advertisement(aid, flt))
 
@@ -210,7 +257,7 @@ class Driver:
             return
         sid = self._next("s")
         flt = random_filter(self.rng)
-        self.oracle.subs[(client.name, sid)] = _Held(client.name, flt, self.oracle.round)
+        self.oracle.subs[(client.name, sid)] = Held(client.name, flt, self.oracle.round)
         self.oracle.touched.add((client.name, sid))
         self.sim.send(client, Subscription(sid, flt))
 
@@ -220,7 +267,7 @@ class Driver:
             return
         sid = self._next("s")
         cs = _composite(self.rng, sid)
-        held = _Held(client.name, cs.filters[0], self.oracle.round, cs)
+        held = Held(client.name, cs.filters[0], self.oracle.round, cs)
         self.oracle.subs[(client.name, sid)] = held
         self.oracle.touched.add((client.name, sid))
         self.sim.send(client, cs)
@@ -237,7 +284,7 @@ class Driver:
         key = self._mine(self.oracle.advs)
         if key is None:
             return
-        pub = _publication(self.rng, self.oracle.advs[key].filter, self._next("p"))
+        pub = conforming(self.rng, self.oracle.advs[key].filter, self._next("p"))
         if pub is not None:
             self.oracle.pubs.append((pub, key[0], key[1], frozenset(self._acknowledged())))
             self.sim.send(self.live[key[0]], pub)
@@ -271,42 +318,15 @@ class Driver:
     # -- the oracle --------------------------------------------------------------------------
 
     def _check(self) -> None:
-        o = self.oracle
-        by_id = {pub.id: (pub, publisher, aid) for pub, publisher, aid, _ in o.pubs}
-        acked_then = {pub.id: acked for pub, _, _, acked in o.pubs}
-        mine: dict[str, list[tuple[tuple[str, str], _Held]]] = {}
-        for key, held in o.subs.items():
-            if held.composite is None:
-                mine.setdefault(key[0], []).append((key, held))
+        fresh = {}
         for client in self.clients:
-            fresh = client.notifications[self._consumed[client.name] :]
+            notes = client.notifications[self._consumed[client.name] :]
             self._consumed[client.name] = len(client.notifications)
-            got: dict[str, set[str]] = {}
-            for note in fresh:
-                pid = note.publication.id
-                if pid in got:
-                    o.violations.append(f"{client.name} received {pid} twice")
-                got[pid] = set(note.subscriptions)
-                o.deliveries += 1
-            for pid, (pub, publisher, aid) in by_id.items():
-                received = got.get(pid, set())
-                acked = acked_then[pid]
-                adv_ok = (publisher, aid) in o.advs and (publisher, aid) in acked
-                for sid in received:
-                    key = (client.name, sid)
-                    known = o.subs.get(key)
-                    if known is None and key not in o.touched:
-                        o.violations.append(f"{client.name} got {pid} for unknown {sid}")
-                    elif known is not None and not matches(known.filter, pub):
-                        o.violations.append(f"{client.name} got {pid} for {sid}, not matching")
-                if not adv_ok or not client.connected:
-                    continue
-                for key, held in mine.get(client.name, ()):
-                    if key in acked and matches(held.filter, pub):
-                        o.checked += 1
-                        if key[1] not in received:
-                            o.violations.append(f"{client.name} missed {pid} for {key[1]}")
-        self._check_composites(by_id)
+            fresh[client.name] = [(n.publication.id, n.subscriptions) for n in notes]
+        self.oracle.check(fresh, {c.name for c in self.clients if c.connected})
+        self._check_composites(
+            {p.id: (p, publisher, aid) for p, publisher, aid, _ in self.oracle.pubs}
+        )
 
     def _check_composites(self, by_id: dict[str, tuple[Publication, str, str]]) -> None:
         o = self.oracle

@@ -222,6 +222,8 @@ class BrokerNode:
         """Every open connection by its hop."""
         self._departed = QueueStatistics()
         """What the queues of connections gone since the start sent and dropped."""
+        self._departed_links = QueueStatistics()
+        """The same, of the links to neighbours among them."""
         self._reading = asyncio.Event()
         self._reading.set()
         self._congested = False
@@ -350,8 +352,9 @@ class BrokerNode:
 
     def status(self) -> dict[str, Any]:
         b = self.broker
-        queues = (c.queue.statistics() for c in self._connections.values())
-        totals = combined([self._departed, *queues])
+        queues = [(c.link, c.queue.statistics()) for c in self._connections.values()]
+        totals = combined([self._departed, *(q for _, q in queues)])
+        links = combined([self._departed_links, *(q for link, q in queues if link)])
         return {
             "broker": b.id,
             "pid": os.getpid(),
@@ -363,6 +366,7 @@ class BrokerNode:
             "received": self._pump.received,
             "rejected": self._pump.rejected + self._refused,
             **totals._asdict(),
+            "to_neighbours": {k: getattr(links, k) for k in ("sent", "frames", "sent_bytes")},
             "evicted": self.evicted,
             "paused": self.paused,
             "congested": self._congested,
@@ -649,12 +653,15 @@ class BrokerNode:
         neighbour = self.broker.peers.get(hop)
         self._dispatch(self.broker.close(hop))
         if connection is not None:
-            if connection.link and neighbour is not None:
+            link = connection.link
+            if link and neighbour is not None:
                 self._report_unsent(connection, neighbour)
             self._log_leaving(connection)
             connection.move(Phase.CLOSED)
             gone = connection.queue.statistics()._replace(queued=0, queued_bytes=0)
             self._departed = combined([self._departed, gone])
+            if link:
+                self._departed_links = combined([self._departed_links, gone])
             await connection.queue.close()
 
     def _log_leaving(self, connection: Connection) -> None:
