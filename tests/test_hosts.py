@@ -222,3 +222,76 @@ def test_a_sweep_removes_what_a_run_that_died_left(dead_pid: int) -> None:
             with contextlib.suppress(subprocess.CalledProcessError):
                 subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+
+
+# -- a broker on the path stops answering ----------------------------------------------------------
+
+
+async def test_publications_stop_until_a_frozen_broker_on_their_path_is_given_up() -> None:
+    """A cycle A-B-C-D of hosts, the publisher at A and the subscriber at C: publications take
+    one of the two ways. The broker on it is frozen (SIGSTOP): plain publications stop
+    arriving until its neighbours give it up (two heartbeats without an answer), then take the
+    other way. The gap is measured; it is about two heartbeats and a little more."""
+    with Hosts(4) as hosts:
+        a, b, c, d = (_broker(name, host) for name, host in zip("ABCD", hosts, strict=True))
+        for dialler, dialled in ((b, a), (c, b), (d, c), (a, d)):
+            dialler.neighbours = [f"ws://{dialled.host}:{PORT}/ws"]
+            dialler.options = ["--heartbeat", str(HEARTBEAT)]
+        brokers = {"A": a, "B": b, "C": c, "D": d}
+        try:
+            await asyncio.gather(*(asyncio.to_thread(p.start) for p in brokers.values()))
+            wanted = {"A": ["B", "D"], "B": ["A", "C"], "C": ["B", "D"], "D": ["A", "C"]}
+            await eventually(
+                lambda: all(health(brokers[n].url)["neighbours"] == w for n, w in wanted.items()),
+                timeout=20,
+            )
+            async with (
+                Client(a.url, "pub", timeout=20, on_lost=lambda lost: None) as publisher,
+                Client(c.url, "sub", timeout=20) as subscriber,
+            ):
+                await publisher.advertise("[class,eq,'T'],[n,isPresent,0]")
+                arrived: list[float] = []
+                await subscriber.subscribe(
+                    "[class,eq,'T']", lambda _: arrived.append(time.monotonic())
+                )
+                gap = await _gap_while_frozen(publisher, brokers, arrived)
+        finally:
+            await asyncio.gather(*(asyncio.to_thread(p.stop) for p in brokers.values()))
+    print(f"publications stopped for {gap:.2f} s (heartbeat {HEARTBEAT} s)")
+    assert 2 * HEARTBEAT <= gap < 4 * HEARTBEAT + 2.0, gap
+
+
+async def _gap_while_frozen(
+    publisher: Client, brokers: dict[str, BrokerProcess], arrived: list[float]
+) -> float:
+    """Publish every 10 ms; freeze whichever of B and D carries the publications; return
+    how long none arrived."""
+
+    def sent() -> dict[str, int]:
+        return {name: health(brokers[name].url)["to_neighbours"]["sent"] for name in "BD"}
+
+    before = sent()
+    n = 0
+
+    async def publish(seconds: float) -> None:
+        nonlocal n
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            n += 1
+            await publisher.publish(f"[class,'T'],[n,{n}]")
+            await asyncio.sleep(0.01)
+
+    await publish(0.5)
+    await eventually(lambda: len(arrived) == n)
+    carried = {name: count - before[name] for name, count in sent().items()}
+    on_path = max(carried, key=lambda name: carried[name])
+    assert carried[on_path] >= n and min(carried.values()) < n / 2, carried
+    brokers[on_path].pause()
+    frozen = time.monotonic()
+    try:
+        await publish(4 * HEARTBEAT + 2.0)
+    finally:
+        brokers[on_path].resume()
+    after = [at for at in arrived if at > frozen]
+    assert after, "no publication arrived after the broker froze"
+    return after[0] - frozen
