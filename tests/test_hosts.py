@@ -1,7 +1,9 @@
 """Brokers on test hosts of their own (network namespaces): a chain A-B-C across three hosts,
 whose link from C to B goes through a proxy on this machine. A publication crosses the hosts;
 a host's link set down and up again, a partition the proxy makes (silent, then a reset) and a
-link held to a rate are each recovered from or coped with by the brokers themselves."""
+link held to a rate are each recovered from or coped with by the brokers themselves. Then a
+cycle of four hosts whose broker on the publications' way is frozen; and the harness itself:
+nothing left behind, stale runs swept."""
 
 from __future__ import annotations
 

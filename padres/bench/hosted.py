@@ -39,7 +39,7 @@ from padres.broker import Covering
 from padres.client.connection import Client, Delivery
 from padres.errors import PadresError
 from padres.model.protocol import Notify, http_url
-from padres.testing.hosts import Hosts, unavailable
+from padres.testing.hosts import MOST, Hosts, unavailable
 from padres.testing.processes import BrokerProcess, free_ports
 
 __all__ = ["report", "run"]
@@ -76,6 +76,8 @@ class Driver:
         self.live: dict[str, Client] = {}
         self.notes: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         """Each client's deliveries: publication id, subscriptions."""
+        self._last: dict[str, Delivery] = {}
+        """Each client's latest notification."""
         self._came: dict[tuple[str, str], set[str]] = {}
         """(client, publication id) -> the subscriptions it came for, so far."""
         self._consumed: dict[str, int] = {}
@@ -98,13 +100,13 @@ class Driver:
 
     def _callback(self, name: str) -> Callable[[Delivery], None]:
         notes = self.notes[name]
-        last: list[Delivery] = []
 
         def delivered(delivery: Delivery) -> None:
-            # A notification of several of the client's subscriptions comes to each of them.
-            if (last and last[0] is delivery) or not isinstance(delivery, Notify):
+            # A notification of several of the client's subscriptions comes to each of them,
+            # one after another: it is noted once.
+            if self._last.get(name) is delivery or not isinstance(delivery, Notify):
                 return
-            last[:] = [delivery]
+            self._last[name] = delivery
             pid = delivery.publication.id
             notes.append((pid, delivery.subscriptions))
             self._came.setdefault((name, pid), set()).update(delivery.subscriptions)
@@ -283,9 +285,18 @@ async def _linked(brokers: list[BrokerProcess], degree: dict[str, int], within: 
         await asyncio.sleep(0.5)
 
 
-def _start(brokers: list[BrokerProcess], parallel: int) -> None:
+def _end(broker: BrokerProcess) -> None:
+    """Kill a broker whose figures are in: draining a hundred would take minutes."""
+    broker.kill()
+    broker.stop()
+
+
+def _each(
+    brokers: list[BrokerProcess], do: Callable[[BrokerProcess], object], parallel: int
+) -> None:
+    """``do`` to every broker, ``parallel`` at a time."""
     with ThreadPoolExecutor(parallel) as pool:
-        for _ in pool.map(lambda p: p.start(60), brokers):
+        for _ in pool.map(do, brokers):
             pass
 
 
@@ -332,12 +343,15 @@ async def _bench(
     began = time.perf_counter()
     try:
         for i in range(rounds):
+            seen = len(driver.oracle.violations)
             await driver.round(operations, spread=2.0)
             progress(
                 f"round {i + 1}/{rounds}: {driver.oracle.deliveries:,} deliveries, "
                 f"{len(driver.oracle.violations)} violations, "
                 f"{time.perf_counter() - began:.1f} s"
             )
+            for violation in driver.oracle.violations[seen:][:10]:
+                progress(f"  {violation}")
         rss_rounds = [_rss_mib(p.pid) for p in brokers]
         figures = await asyncio.to_thread(lambda: list(_figures(brokers)))
         routes = sum(f["subscriptions"] for f in figures)
@@ -391,17 +405,22 @@ def run(
         a, b = sorted(rng.sample(range(processes), 2))
         if (f"B{a}", f"B{b}") not in edges and (f"B{b}", f"B{a}") not in edges:
             edges.append((f"B{a}", f"B{b}"))
-    why = unavailable() if hosts else "not asked for"
+    if not hosts:
+        why: str | None = "as asked"
+    elif processes > MOST:
+        why = f"test hosts are {MOST} at most"
+    else:
+        why = unavailable()
     with contextlib.ExitStack() as stack:
         made = stack.enter_context(Hosts(processes)) if why is None else None
         brokers = _brokers(processes, edges, made)
         for proc in brokers:
             proc.options = ["--covering", covering.value]
-            stack.callback(proc.stop)
+        stack.callback(_each, brokers, _end, STARTING)
         where = "test hosts" if made else f"loopback ({why})"
         say(f"starting {processes} brokers on {where}, {len(edges)} links")
         began = time.perf_counter()
-        _start(brokers, STARTING)
+        _each(brokers, lambda p: p.start(60), STARTING)
         startup = time.perf_counter() - began
         say(f"{processes} brokers listening after {startup:.1f} s")
         figures = asyncio.run(_bench(brokers, edges, clients, rounds, operations, rng, say))
