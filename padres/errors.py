@@ -30,6 +30,8 @@ Hierarchy::
     ├── StorageError             a database on disk failed (the driver's error is the cause)
     │   └── JournalError         ... a broker's journal (``historic.errors`` adds the
     │                                historic store's and the outbox's)
+    ├── HostsError               test hosts could not be made or changed (an ``ip`` or
+    │                            ``tc`` command failed; ``padres.testing.hosts``)
     └── CommandError             the command line was asked for something it cannot do
 """
 
@@ -46,6 +48,7 @@ __all__ = [
     "ConnectionLost",
     "DecodeError",
     "DuplicateId",
+    "HostsError",
     "InvalidMessage",
     "JournalError",
     "PadresError",
@@ -293,6 +296,10 @@ def missing(exc: ModuleNotFoundError) -> str:
     extra = EXTRAS.get(package)
     hint = f"pip install 'padres[{extra}]'" if extra else "install padres with its extras"
     return f"it needs {package or 'a package'}, which is not installed ({hint})"
+
+
+class HostsError(PadresError):
+    """Test hosts could not be made or changed: an ``ip`` or ``tc`` command failed."""
 
 
 class CommandError(PadresError):

@@ -447,11 +447,15 @@ def run(
     }
 
 
+def _cycles(count: int) -> str:
+    return "1 cycle" if count == 1 else f"{count} cycles"
+
+
 def report(r: dict[str, Any]) -> str:
     rss = r["rss_mib_rounds"]
     lines = [
         f"{r['processes']} broker processes on {r['where']}, {r['links']} links "
-        f"({r['links'] - r['processes'] + 1} cycles), "
+        f"({_cycles(r['links'] - r['processes'] + 1)}), "
         f"{r['clients']} clients, {r['operations']:,} operations in {r['rounds']} rounds, "
         f"covering {r['covering']}, seed {r['seed']}",
         f"  startup: every broker listening after {r['startup_seconds']:.1f} s, every link up "

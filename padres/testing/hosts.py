@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final
 
-__all__ = ["Host", "Hosts", "HostsError", "sweep", "unavailable"]
+from padres.errors import HostsError
+
+__all__ = ["Host", "Hosts", "sweep", "unavailable"]
 
 NETWORK: Final = ipaddress.IPv4Network("10.77.0.0/16")
 """The private network the hosts of every run take a ``/24`` of."""
@@ -47,10 +49,6 @@ _NAMESPACE = re.compile(r"^padres-(\d+)-[0-9a-f]-\d+$")
 _LINK = re.compile(r"^pd(\d+)-[0-9a-f](?:b|h\d+)$")
 _SETS = 16
 """Sets of hosts one process may hold at a time."""
-
-
-class HostsError(RuntimeError):
-    """Hosts could not be made or changed (an ``ip`` or ``tc`` command failed)."""
 
 
 def _ip(*args: str, check: bool = True) -> str:
