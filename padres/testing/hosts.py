@@ -164,7 +164,7 @@ class Hosts:
 
     def __init__(self, count: int) -> None:
         if not 1 <= count <= MOST:
-            raise ValueError(f"between 1 and {MOST} hosts, not {count}")
+            raise HostsError(f"between 1 and {MOST} hosts, not {count}")
         self.count = count
         self.hosts: list[Host] = []
         self.gateway = ""
