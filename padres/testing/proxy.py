@@ -89,6 +89,8 @@ class Proxy:
             # connection handler as an error.
             writer.transport.abort()
             up_writer.transport.abort()
+        finally:
+            self._writers = [w for w in self._writers if w not in (writer, up_writer)]
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.buffers is None:
