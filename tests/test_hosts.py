@@ -55,7 +55,7 @@ class Chain:
     async def linked(self) -> None:
         await _linked(self.brokers)
 
-    async def crosses(self, n: int, timeout: float = 5.0) -> float:
+    async def crosses(self, n: int, timeout: float = 10.0) -> float:
         """Publish ``[n,n]`` at A; the seconds until the subscriber at C has it."""
         started = time.monotonic()
         await self.publisher.publish(f"[class,'T'],[n,{n}]")

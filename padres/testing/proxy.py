@@ -110,42 +110,56 @@ class Proxy:
         rate: float | None,
     ) -> None:
         """Forward ``source`` to ``sink``: read chunks are stamped and queued, and written
-        ``delay`` seconds after they were read. A sink that fails closes the source's side
-        (``source_side``), as a cut would."""
+        ``delay`` seconds after they were read. Without a delay the reading waits for each
+        chunk to be taken (the proxy holds two at most, so a slow sink slows the source);
+        with one it reads up to ``_IN_FLIGHT`` chunks ahead."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        writing = asyncio.ensure_future(self._write(queue, sink, rate))
+        taken = asyncio.Event()
+        writing = asyncio.ensure_future(self._write(queue, taken, sink, source_side, rate))
         with contextlib.suppress(ConnectionError):
-            while not writing.done():
+            while True:
                 await self._flowing.wait()
                 data = await source.read(_CHUNK)
-                queue.put_nowait((time.monotonic(), data))
                 if not data:
                     break
-                while queue.qsize() >= _IN_FLIGHT and not writing.done():
-                    await asyncio.sleep(0.005)  # the other side is slower than the delay
+                queue.put_nowait((time.monotonic(), data))
+                while queue.qsize() >= (_IN_FLIGHT if self.delay else 1):
+                    taken.clear()
+                    await taken.wait()
         queue.put_nowait((time.monotonic(), b""))  # the end, however the reading ended
-        try:
-            await writing
-        except ConnectionError:
-            source_side.transport.abort()
+        await writing
         sink.close()
 
     async def _write(
         self,
         queue: asyncio.Queue[tuple[float, bytes]],
+        taken: asyncio.Event,
         sink: asyncio.StreamWriter,
+        source_side: asyncio.StreamWriter,
         rate: float | None,
     ) -> None:
+        """Write what ``queue`` holds to ``sink`` until its end. A sink that fails closes the
+        source's side (as a cut would), and what comes meanwhile is taken and dropped, so
+        that the reading is never held up."""
+        failed = False
         while True:
             read_at, data = await queue.get()
+            taken.set()
             if not data:
                 return
-            due = read_at + self.delay - time.monotonic()
-            if due > 0:
-                await asyncio.sleep(due)
-            await self._flowing.wait()  # what was read as it stalled waits too
-            sink.write(data)
-            await sink.drain()
+            if failed:
+                continue
+            try:
+                due = read_at + self.delay - time.monotonic()
+                if due > 0:
+                    await asyncio.sleep(due)
+                await self._flowing.wait()  # what was read as it stalled waits too
+                sink.write(data)
+                await sink.drain()
+            except ConnectionError:
+                failed = True
+                source_side.transport.abort()
+                continue
             if rate is not None:
                 await asyncio.sleep(len(data) / rate)
 
