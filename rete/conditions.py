@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol, TypeAlias
 
+from rete.limits import Consumption
 from rete.operators import Op, Value, evaluate
 
-__all__ = ["Bind", "Composite", "Conjunction", "Fact", "Test"]
+__all__ = [
+    "Absence",
+    "Bind",
+    "Composite",
+    "Conjunction",
+    "Fact",
+    "Gap",
+    "Order",
+    "TemporalComposite",
+    "Test",
+]
 
 
 class Fact(Protocol):
@@ -91,3 +102,54 @@ class Composite:
 
     parts: tuple[Conjunction, ...]
     patterns: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """In a pattern of a temporal composite: the facts of slots ``left`` all come before those
+    of ``right`` (by timestamp, strictly). ``strict``: and no fact satisfying a part of the
+    pattern, with agreeing bindings, lies between the last of ``left`` and the first of
+    ``right``."""
+
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Absence:
+    """In a pattern of a temporal composite: no fact satisfying part ``part`` (with bindings
+    agreeing with the match) lies after the last fact of slots ``left`` and before the first
+    of ``right``; with ``right`` None, before the window of the match closes."""
+
+    part: int
+    left: tuple[int, ...]
+    right: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """The time constraints of one pattern of a temporal composite."""
+
+    gaps: tuple[Gap, ...] = ()
+    absences: tuple[Absence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalComposite:
+    """A composite evaluated in timestamp order: its ``patterns`` (indices into ``parts``) with
+    the ``orders`` of each, a window (``within`` a duration and / or ``events`` facts: the
+    facts of a match are at most that far apart), and ``lateness``: how far behind the newest
+    timestamp a fact may arrive and still be taken in its place. ``consume`` (None: the
+    network's policy) says which match a fact completing several takes, each fact then used
+    once.
+
+    Parts that appear only in absences are in ``parts`` but in no pattern's slots."""
+
+    parts: tuple[Conjunction, ...]
+    patterns: tuple[tuple[int, ...], ...]
+    orders: tuple[Order, ...]
+    within: timedelta | None = None
+    events: int | None = None
+    lateness: timedelta = timedelta(0)
+    consume: Consumption | None = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-__all__ = ["CompositeLimits", "Policy"]
+__all__ = ["CompositeLimits", "Consumption", "Policy"]
 
 
 class Policy(StrEnum):
@@ -16,6 +16,14 @@ class Policy(StrEnum):
     """They stay and may complete further matches (PADRES' only policy; the default)."""
     CONSUME = "consume"
     """They are used once: a match forgets the publications that completed it."""
+
+
+class Consumption(StrEnum):
+    """Which match a temporal composite takes, when it uses each fact once and a fact
+    completes several: the one whose other facts came first, or last (by timestamp)."""
+
+    FIRST = "first"
+    LAST = "last"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,15 @@ Grammar (whitespace may stand between any two tokens)::
     pair         := "[" NAME "," literal "]"
     filter       := predicate ("," predicate)*
     predicate    := "[" NAME "," operator ("," operand)? "]" | "[" "time" "," operator "," time "]"
-    composite    := all ("||" all)*
+    composite    := sequence clause*
+    sequence     := any ((";" | ";;") step)*      (";" then, ";;" strictly next)
+    step         := "!" "{" filter "}" | any      (an absence, after the first step)
+    any          := all ("||" all)*
     all          := primary ("&" primary)*
-    primary      := "{" filter "}" | "(" composite ")" | "{" composite "}"   (PADRES' grouping)
+    primary      := "{" filter "}" | "(" sequence ")" | "{" sequence "}"   (PADRES' grouping)
+    clause       := "within" (DURATION | INTEGER "events") | "late" DURATION
+                  | "consume" ("first" | "last")
+    DURATION     := NUMBER ("ms" | "s" | "m" | "h" | "d")
     literal      := STRING | NUMBER | "true" | "false" | WORD
     operand      := literal | VARIABLE            VARIABLE: $X, $S$X, $I$X, $F$X
 
@@ -30,12 +36,15 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Final, NamedTuple, TypeVar
 
+from msgspec import UNSET
+
 from padres.errors import InvalidMessage, ParseError
 from padres.model.dates import DATE_FORM, DATETIME_FORM, is_date, is_datetime
 from padres.model.messages import (
     MAX_DEPTH,
     TIME,
     Advertisement,
+    Absent,
     AllOf,
     AnyOf,
     CompositeSubscription,
@@ -43,7 +52,9 @@ from padres.model.messages import (
     Filter,
     Predicate,
     Publication,
+    Sequence,
     Subscription,
+    Temporal,
     TimeWindow,
     Variable,
     VarType,
@@ -76,7 +87,7 @@ _TOKEN: Final = re.compile(
     |(?P<number>{_NUMBER_RE})
     |(?P<variable>\$(?:[SIF]\$)?{_NAME_RE})
     |(?P<word>{_WORD_RE})
-    |(?P<symbol><=|>=|<>|\|\||[<>=\[\],{{}}()&])
+    |(?P<symbol><=|>=|<>|\|\||;;|[<>=\[\],{{}}()&;!])
     |(?P<bad>.)
     """,
     re.VERBOSE | re.DOTALL,
@@ -233,6 +244,8 @@ class _Parser:
         tok = self.peek()
         if tok.text in ("[", "{", "("):
             raise self.error(f"expected ',' before {tok.text!r}", tok)
+        if tok.kind == "word" and tok.text in ("event", "events"):
+            raise self.error("a count of events is a window: 'within 5 events'", tok)
         if tok.kind != "end":
             raise self.error(f"unexpected {tok.text!r} after the end of the message", tok)
 
@@ -363,7 +376,90 @@ class _Parser:
 
     # -- composites ----------------------------------------------------------------------------
 
-    def composite(self) -> Expression:
+    def composite(self) -> tuple[Expression, Temporal | None]:
+        """A whole composite subscription: its expression, then its clauses."""
+        expr = self.sequence()
+        return expr, self.clauses()
+
+    def sequence(self) -> Expression:
+        """``any (; step)*``: ``;`` and ``;;`` chain left to right; where the two alternate, the
+        chain so far becomes the first step of the next (``a ; b ;; c`` is ``(a ; b) ;; c``)."""
+        start = self.peek()
+        expr = self.any_of()
+        steps: list[Expression] = [expr]
+        strict = False
+        while self.peek().text in (";", ";;"):
+            op = self.take()
+            now_strict = op.text == ";;"
+            if len(steps) > 1 and now_strict != strict:
+                steps = [self.build(start, partial(Sequence, tuple(steps), strict))]
+            strict = now_strict
+            steps.append(self.step(op))
+        if len(steps) == 1:
+            return steps[0]
+        return self.build(start, partial(Sequence, tuple(steps), strict))
+
+    def step(self, op: _Token) -> Expression:
+        if self.peek().text != "!":
+            return self.any_of()
+        bang = self.take()
+        if op.text == ";;":
+            raise self.error("an absence follows ';', not ';;': '{A} ; !{B}'", bang)
+        self.expect("{", "after '!': an absence is !{filter}")
+        flt = self.filter()
+        self.expect("}", "to close the absent part")
+        if self.peek().text in ("&", "||"):
+            raise self.error(
+                f"an absence stands alone between ';': nothing joins it with {self.peek().text!r}"
+            )
+        return self.build(bang, lambda: Absent(flt))
+
+    def clauses(self) -> Temporal | None:
+        """``within 10s``, ``within 5 events``, ``late 2s``, ``consume first``: each once (a
+        window may be given both ways)."""
+        fields: dict[str, float | int | str] = {}
+        first: _Token | None = None
+        while self.peek().kind == "word" and self.peek().text in _CLAUSES:
+            tok = self.take()
+            first = first or tok
+            field, value = self.clause(tok)
+            if field in fields:
+                what = {"seconds": "a time window", "events": "a count window"}.get(field, tok.text)
+                raise self.error(f"{what} is given twice", tok)
+            fields[field] = value
+        if first is None:
+            return None
+        return self.build(first, lambda: Temporal(**fields))  # type: ignore[arg-type]
+
+    def clause(self, tok: _Token) -> tuple[str, float | int | str]:
+        """The field and value of the clause ``tok`` starts."""
+        if tok.text == "consume":
+            which = self.take()
+            if which.text not in ("first", "last"):
+                raise self.error(
+                    f"expected 'first' or 'last' after 'consume' but found {self.found(which)}",
+                    which,
+                )
+            return "consume", which.text
+        number = self.take()
+        if number.kind != "number" or number.text[:1] in "+-":
+            raise self.error(
+                f"expected a duration after {tok.text!r} (10s, 500ms, 2m) "
+                f"but found {self.found(number)}",
+                number,
+            )
+        unit = self.take()
+        if tok.text == "within" and unit.text in ("events", "event"):
+            if not number.text.isdigit():
+                raise self.error("a count of events is a whole number", number)
+            return "events", int(number.text)
+        scale = _UNITS.get(unit.text) if unit.kind == "word" else None
+        if scale is None:
+            what = "ms, s, m, h or d" + (", or 'events'" if tok.text == "within" else "")
+            raise self.error(f"expected a unit ({what}) but found {self.found(unit)}", unit)
+        return ("seconds" if tok.text == "within" else "late"), float(number.text) * scale
+
+    def any_of(self) -> Expression:
         start = self.peek()
         parts = [self.all_of()]
         while self.peek().text == "||":
@@ -391,24 +487,38 @@ class _Parser:
         finally:
             self.depth -= 1
 
+    def expect_group_end(self, symbol: str) -> None:
+        tok = self.peek()
+        if tok.kind == "word" and tok.text in _CLAUSES:
+            raise self.error(
+                f"{tok.text!r} applies to the whole composite subscription: write it at the end"
+            )
+        self.expect(symbol, "to close the group")
+
     def group(self, tok: _Token) -> Expression:
         if tok.text == "{" and self.peek().text in ("{", "("):
-            expr = self.composite()  # PADRES groups with braces: {{[...]}&{[...]}}
-            self.expect("}", "to close the group")
+            expr = self.sequence()  # PADRES groups with braces: {{[...]}&{[...]}}
+            self.expect_group_end("}")
             return expr
         if tok.text == "{":
             flt = self.filter()
             self.expect("}", "to close the part")
             return flt
         if tok.text == "(":
-            expr = self.composite()
-            self.expect(")", "to close the group")
+            expr = self.sequence()
+            self.expect_group_end(")")
             return expr
+        if tok.text == "!":
+            raise self.error("an absence !{...} stands in a sequence, after ';'", tok)
         raise self.error(
             f"expected '{{' or '(' to open a part of a composite subscription "
             f"but found {self.found(tok)}",
             tok,
         )
+
+
+_CLAUSES: Final = ("within", "late", "consume")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def _now() -> datetime:
@@ -580,12 +690,13 @@ def parse_advertisement(text: str, *, id: str) -> Advertisement:
 
 
 def parse_composite(text: str, *, id: str) -> CompositeSubscription:
-    """Parse ``{[class,eq,'A'],[x,eq,$X]} & {[class,eq,'B'],[x,eq,$X]}``."""
+    """Parse ``{[class,eq,'A'],[x,eq,$X]} & {[class,eq,'B'],[x,eq,$X]}``, or a sequence,
+    ``{[class,eq,'A']} ; !{[class,eq,'B']} within 10s``."""
     parser = _Parser(text)
-    expr = parser.composite()
+    expr, temporal = parser.composite()
     parser.finish()
     try:
-        return CompositeSubscription(id, expr)
+        return CompositeSubscription(id, expr, temporal or UNSET)
     except InvalidMessage as exc:
         raise ParseError(str(exc), source=text, column=1) from None
 

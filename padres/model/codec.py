@@ -13,11 +13,14 @@ hand here::
      "filter": [["class", "eq", "STOCK"], ["open", "isPresent"]], "v": 1}
     {"type": "composite_subscription", "id": "s2",
      "expression": {"all": [[...], {"any": [[...], [...]]}]}, "v": 1}
+    {"type": "composite_subscription", "id": "s3",
+     "expression": {"seq": [[...], {"not": [...]}]}, "temporal": {"seconds": 10.0}, "v": 1}
     {"type": "unsubscribe", "subscription_id": "s1", "v": 1}
     {"type": "unadvertise", "advertisement_id": "a1", "v": 1}
 
 A filter is its list of predicates, its time window written as ``["time", op, "<ISO time>"]``
-predicates; in an expression, ``{"filter": [...]}`` is read as the same filter. A variable
+predicates; in an expression, ``{"filter": [...]}`` is read as the same filter. A sequence is
+``{"seq": [...]}`` (``;``) or ``{"next": [...]}`` (``;;``), an absence ``{"not": [...]}``. A variable
 operand is ``{"var": "X", "type": "S"}`` (``type`` is ``""``, ``S``, ``I`` or ``F``).
 
 Decoding checks everything, the types of every field and the rules of the language, and raises
@@ -41,12 +44,14 @@ from padres.model.messages import (
     MAX_PREDICATES,
     TIME,
     VERSION,
+    Absent,
     AllOf,
     AnyOf,
     Expression,
     Filter,
     Message,
     Predicate,
+    Sequence,
     TimeWindow,
     Variable,
     VarType,
@@ -105,6 +110,10 @@ def _encode_custom(obj: Any) -> Any:
         return {"all": list(obj.parts)}
     if isinstance(obj, AnyOf):
         return {"any": list(obj.parts)}
+    if isinstance(obj, Sequence):
+        return {"next" if obj.strict else "seq": list(obj.parts)}
+    if isinstance(obj, Absent):
+        return {"not": obj.filter}
     raise NotImplementedError(f"{type(obj).__name__} has no JSON form")
 
 
@@ -203,7 +212,10 @@ def _decode_time_bound(
         raise DecodeError(str(exc), path=path) from None
 
 
-_EXPECTED_EXPRESSION: Final = 'expected [predicates...], {"all": [...]} or {"any": [...]}'
+_EXPECTED_EXPRESSION: Final = (
+    'expected [predicates...], {"all": [...]}, {"any": [...]}, {"seq": [...]}, {"next": [...]} '
+    'or, in a sequence, {"not": [predicates...]}'
+)
 
 
 def _decode_expression(obj: Any, path: str, depth: int = 0) -> Expression:
@@ -218,16 +230,26 @@ def _decode_expression(obj: Any, path: str, depth: int = 0) -> Expression:
     ((key, value),) = obj.items()
     if key == "filter":
         return _decode_filter(value, f"{path}.filter")
-    if key not in ("all", "any") or type(value) is not list:
+    if key == "not":
+        flt = _decode_filter(value, f"{path}.not")
+        return Absent(flt)
+    if key not in _JUNCTIONS or type(value) is not list:
         raise DecodeError(_EXPECTED_EXPRESSION, path=path)
     parts = tuple(
         _decode_expression(part, f"{path}.{key}[{i}]", depth + 1) for i, part in enumerate(value)
     )
     try:
-        return AllOf(parts) if key == "all" else AnyOf(parts)
+        return _JUNCTIONS[key](parts)
     except InvalidMessage as exc:
         raise DecodeError(str(exc), path=path) from None
 
+
+_JUNCTIONS: Final[dict[str, Callable[[tuple[Expression, ...]], Expression]]] = {
+    "all": AllOf,
+    "any": AnyOf,
+    "seq": Sequence,
+    "next": lambda parts: Sequence(parts, strict=True),
+}
 
 _CUSTOM_DECODERS: Final[dict[Any, Callable[[Any, str], Any]]] = {
     Filter: _decode_filter,

@@ -21,13 +21,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn, TypeAlias, TypeGuard
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    NoReturn,
+    TypeAlias,
+    TypeGuard,
+)
 
 import msgspec
 from msgspec import UNSET, UnsetType
 from msgspec.structs import force_setattr
 
 from padres.errors import InvalidMessage
+from rete.conditions import Absence, Gap, Order
 from rete.operators import NUMERIC, Op, OperandKind, Value, operand_kind
 
 __all__ = [
@@ -41,6 +52,7 @@ __all__ = [
     "TIME",
     "VERSION",
     "Advertisement",
+    "Absent",
     "AllOf",
     "AnyOf",
     "Attributes",
@@ -51,7 +63,9 @@ __all__ = [
     "Origin",
     "Predicate",
     "Publication",
+    "Sequence",
     "Subscription",
+    "Temporal",
     "TimeWindow",
     "Unadvertise",
     "Unsubscribe",
@@ -466,9 +480,23 @@ class Advertisement(WireMessage, frozen=True, tag="advertisement"):
         _constant_filter(self.filter, "an advertisement")
 
 
+def _measure(parts: tuple[Expression, ...]) -> tuple[int, int]:
+    """The depth and size (filters joined) of a junction of ``parts``, refused past the
+    limits."""
+    depth = 1 + max(p.depth if isinstance(p, _Junction) else 0 for p in parts)
+    if depth > MAX_DEPTH:
+        raise InvalidMessage(f"a composite subscription is nested deeper than {MAX_DEPTH} groups")
+    size = sum(p.size if isinstance(p, _Junction) else 1 for p in parts)
+    if size > MAX_PARTS:
+        raise InvalidMessage(
+            f"a composite subscription joins {size:,} filters; the limit is {MAX_PARTS}"
+        )
+    return depth, size
+
+
 class _Junction(_Immutable):
     __slots__ = ("depth", "parts", "size")
-    __match_args__ = ("parts",)
+    __match_args__: tuple[str, ...] = ("parts",)
     parts: tuple[Expression, ...]
     depth: int
     """How deep groups nest in it: 1 when its parts are filters."""
@@ -479,16 +507,11 @@ class _Junction(_Immutable):
     def __init__(self, parts: tuple[Expression, ...]) -> None:
         if len(parts) < 2:
             raise InvalidMessage(f"'{self._symbol}' joins at least two parts")
-        depth = 1 + max(p.depth if isinstance(p, _Junction) else 0 for p in parts)
-        if depth > MAX_DEPTH:
+        if any(isinstance(p, Absent) for p in parts):
             raise InvalidMessage(
-                f"a composite subscription is nested deeper than {MAX_DEPTH} groups"
+                f"an absence (!{{...}}) stands in a sequence, after ';', not in '{self._symbol}'"
             )
-        size = sum(p.size if isinstance(p, _Junction) else 1 for p in parts)
-        if size > MAX_PARTS:
-            raise InvalidMessage(
-                f"a composite subscription joins {size:,} filters; the limit is {MAX_PARTS}"
-            )
+        depth, size = _measure(parts)
         self._set(parts)
         object.__setattr__(self, "depth", depth)
         object.__setattr__(self, "size", size)
@@ -508,8 +531,45 @@ class AnyOf(_Junction):
     _symbol = "||"
 
 
+class Absent(_Immutable):
+    """``!{...}`` in a sequence: no publication matching the filter (with the match's
+    bindings) comes between the parts around it, or, at the end, before the window closes."""
+
+    __slots__ = ("filter",)
+    __match_args__ = ("filter",)
+    filter: Filter
+
+    def __init__(self, filter: Filter) -> None:  # noqa: A002 - the field's name
+        if not isinstance(filter, Filter):
+            raise InvalidMessage("an absence (!{...}) takes one filter, not a group")
+        self._set(filter)
+
+
+class Sequence(_Junction):
+    """``a ; b ; ...``: the parts match in this order of timestamps; ``strict`` (``a ;; b``):
+    and nothing matching a part of the pattern comes between two of them. Absences
+    (``!{...}``) may stand after the first part."""
+
+    __slots__ = ("strict",)
+    __match_args__ = ("parts", "strict")
+    strict: bool
+    _symbol = ";"
+
+    def __init__(self, parts: tuple[Expression, ...], strict: bool = False) -> None:
+        if len(parts) < 2:
+            raise InvalidMessage("';' joins at least two parts")
+        if isinstance(parts[0], Absent):
+            raise InvalidMessage("a sequence cannot start with an absence: '{A} ; !{B}'")
+        if strict and any(isinstance(p, Absent) for p in parts):
+            raise InvalidMessage("an absence follows ';', not ';;'")
+        depth, size = _measure(parts)
+        self._set(parts, strict)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "size", size)
+
+
 if TYPE_CHECKING:
-    Expression: TypeAlias = Filter | AllOf | AnyOf
+    Expression: TypeAlias = Filter | AllOf | AnyOf | Sequence | Absent
 else:
     Expression = _Immutable
     """At run time the common base class, so that the codec maps expressions as one type."""
@@ -518,38 +578,166 @@ else:
 def _leaves(expr: Expression) -> Iterator[Filter]:
     if isinstance(expr, Filter):
         yield expr
+    elif isinstance(expr, Absent):
+        yield expr.filter
     else:
         for part in expr.parts:
             yield from _leaves(part)
 
 
-def _patterns(expr: Expression, first: int = 0) -> tuple[list[tuple[int, ...]], int]:
+class _Alternative(NamedTuple):
+    """One conjunction of the disjunctive normal form: leaf numbers by slot, and the order
+    its slots keep (empty outside sequences)."""
+
+    leaves: tuple[int, ...]
+    gaps: tuple[Gap, ...] = ()
+    absences: tuple[Absence, ...] = ()
+
+
+def _shift(slots: tuple[int, ...], by: int) -> tuple[int, ...]:
+    return tuple(s + by for s in slots)
+
+
+def _join(a: _Alternative, b: _Alternative) -> _Alternative:
+    """Both alternatives at once: ``b``'s slots come after ``a``'s."""
+    n = len(a.leaves)
+    gaps = tuple(Gap(_shift(g.left, n), _shift(g.right, n), g.strict) for g in b.gaps)
+    absences = tuple(
+        Absence(x.part, _shift(x.left, n), None if x.right is None else _shift(x.right, n))
+        for x in b.absences
+    )
+    return _Alternative(a.leaves + b.leaves, a.gaps + gaps, a.absences + absences)
+
+
+def _too_many(count: int) -> None:
+    if count > MAX_PATTERNS:
+        raise InvalidMessage(
+            f"composite subscription expands to more than {MAX_PATTERNS} alternatives"
+        )
+
+
+def _alternatives(expr: Expression, first: int = 0) -> tuple[list[_Alternative], int]:
     """Disjunctive normal form over leaf numbers; also returns the next free leaf number."""
     if isinstance(expr, Filter):
-        return [(first,)], first + 1
-    out: list[tuple[int, ...]] = [] if isinstance(expr, AnyOf) else [()]
+        return [_Alternative((first,))], first + 1
+    if isinstance(expr, Absent):
+        raise InvalidMessage("an absence (!{...}) stands in a sequence, after ';'")
+    if isinstance(expr, AnyOf):
+        out: list[_Alternative] = []
+        for part in expr.parts:
+            sub, first = _alternatives(part, first)
+            out += sub
+            _too_many(len(out))
+        return out, first
+    if isinstance(expr, AllOf):
+        out = [_Alternative(())]
+        for part in expr.parts:
+            sub, first = _alternatives(part, first)
+            out = [_join(c, p) for c in out for p in sub]
+            _too_many(len(out))
+        return out, first
+    return _sequence(expr, first)
+
+
+def _sequence(expr: Sequence, first: int) -> tuple[list[_Alternative], int]:
+    """A sequence's alternatives: each with, besides its parts' own order, a gap between
+    consecutive positive parts and an absence for each ``!{...}``."""
+    # Per alternative: the slot ranges of the positive parts so far, and the absences waiting
+    # for the next positive part (leaf, index of the positive part before it).
+    combos: list[tuple[_Alternative, list[tuple[int, ...]], list[tuple[int, int]]]] = [
+        (_Alternative(()), [], [])
+    ]
     for part in expr.parts:
-        sub, first = _patterns(part, first)
-        out = out + sub if isinstance(expr, AnyOf) else [c + p for c in out for p in sub]
-        if len(out) > MAX_PATTERNS:
-            raise InvalidMessage(
-                f"composite subscription expands to more than {MAX_PATTERNS} alternatives"
-            )
+        if isinstance(part, Absent):
+            combos = [
+                (alt, ranges, [*waiting, (first, len(ranges) - 1)])
+                for alt, ranges, waiting in combos
+            ]
+            first += 1
+            continue
+        sub, first = _alternatives(part, first)
+        joined = []
+        for alt, ranges, waiting in combos:
+            for p in sub:
+                n = len(alt.leaves)
+                new = _join(alt, p)
+                slots = tuple(range(n, n + len(p.leaves)))
+                gaps = new.gaps
+                absences = new.absences
+                if ranges:
+                    gaps += (Gap(ranges[-1], slots, expr.strict),)
+                absences += tuple(Absence(leaf, ranges[k], slots) for leaf, k in waiting)
+                joined.append((_Alternative(new.leaves, gaps, absences), [*ranges, slots], []))
+        combos = joined
+        _too_many(len(combos))
+    out = []
+    for alt, ranges, waiting in combos:
+        ends = tuple(Absence(leaf, ranges[k]) for leaf, k in waiting)
+        out.append(_Alternative(alt.leaves, alt.gaps, alt.absences + ends))
     return out, first
+
+
+def _has_sequence(expr: Expression) -> bool:
+    if isinstance(expr, Sequence):
+        return True
+    return isinstance(expr, _Junction) and any(_has_sequence(p) for p in expr.parts)
+
+
+MAX_WITHIN: Final = 7 * 24 * 3600.0
+"""The longest time window of a composite subscription, in seconds (a week)."""
+MAX_WITHIN_EVENTS: Final = 1_000_000
+"""The largest count window of a composite subscription, in publications."""
+MAX_LATE: Final = 3600.0
+"""The longest lateness of a composite subscription, in seconds (an hour)."""
+
+
+class Temporal(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False
+):
+    """The clauses after a composite's expression: ``within 10s`` (``seconds``) or ``within
+    100 events`` (``events``), ``late 2s`` and ``consume first`` / ``consume last``. A
+    composite with any of them, or with a sequence, is matched in timestamp order
+    (docs/language.md, "Sequences and windows")."""
+
+    seconds: float | None = None
+    events: int | None = None
+    late: float = 0.0
+    consume: Literal["first", "last"] | None = None
+
+    def __post_init__(self) -> None:
+        s = self.seconds
+        if s is not None and (type(s) not in (int, float) or not 0 < s <= MAX_WITHIN):
+            raise InvalidMessage(
+                f"a window of {quote(s)} seconds: more than 0, at most {MAX_WITHIN:,.0f} (a week)"
+            )
+        e = self.events
+        if e is not None and (type(e) is not int or not 1 <= e <= MAX_WITHIN_EVENTS):
+            raise InvalidMessage(
+                f"a window of {quote(e)} events: at least 1, at most {MAX_WITHIN_EVENTS:,}"
+            )
+        late = self.late
+        if type(late) not in (int, float) or not 0 <= late <= MAX_LATE:
+            raise InvalidMessage(
+                f"lateness of {quote(late)} seconds: at least 0, at most {MAX_LATE:,.0f} (an hour)"
+            )
 
 
 class CompositeSubscription(
     WireMessage, frozen=True, dict=True, gc=True, tag="composite_subscription"
 ):
-    """Atomic filters combined with ``&`` and ``||``; variables bind equal values across parts.
+    """Atomic filters combined with ``&``, ``||`` and ``;``; variables bind equal values across
+    parts.
 
-    ``filters`` lists the atomic parts in the order written; ``patterns`` is the expression in
-    disjunctive normal form, each pattern a tuple of indices into ``filters``. A match is a set of
-    distinct publications, one per filter of one pattern, whose variable bindings agree.
+    ``filters`` lists the atomic parts in the order written (absent ones, ``!{...}``,
+    included); ``patterns`` is the expression in disjunctive normal form, each pattern a tuple of
+    indices into ``filters``, and ``orders`` the time order each pattern's slots keep. A match
+    is a set of distinct publications, one per filter of one pattern, whose variable bindings
+    agree. ``temporal`` holds the clauses written after the expression (``within 10s``, ...).
     """
 
     id: str
     expression: Expression
+    temporal: Temporal | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         check_id(self.id, "subscription id")
@@ -564,15 +752,40 @@ class CompositeSubscription(
                     raise InvalidMessage(
                         f"variable ${var.name} is used with different types or operators"
                     )
-        _ = self.patterns  # refuses an expression with too many alternatives
+        alternatives = self._alternatives  # refuses an expression with too many alternatives
+        timing = self.timing
+        if any(x.right is None for alt in alternatives for x in alt.absences) and (
+            timing is None or (timing.seconds is None and timing.events is None)
+        ):
+            raise InvalidMessage(
+                "an absence at the end of a sequence needs a window to close: "
+                "'{A} ; !{B} within 10s' (or 'within 5 events')"
+            )
 
     @cached_property
     def filters(self) -> tuple[Filter, ...]:
         return tuple(_leaves(self.expression))
 
     @cached_property
+    def _alternatives(self) -> list[_Alternative]:
+        return _alternatives(self.expression)[0]
+
+    @cached_property
     def patterns(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(_patterns(self.expression)[0])
+        return tuple(alt.leaves for alt in self._alternatives)
+
+    @cached_property
+    def orders(self) -> tuple[Order, ...]:
+        """Per pattern, the order of its slots in time (empty without sequences)."""
+        return tuple(Order(alt.gaps, alt.absences) for alt in self._alternatives)
+
+    @cached_property
+    def timing(self) -> Temporal | None:
+        """The clauses of a composite matched in timestamp order (defaults for a sequence
+        written without any); None for one matched in arrival order."""
+        if isinstance(self.temporal, Temporal):
+            return self.temporal
+        return Temporal() if _has_sequence(self.expression) else None
 
 
 class Attributes(dict[str, Value]):

@@ -6,6 +6,7 @@ from typing import Final
 
 from padres.model.messages import (
     Advertisement,
+    Absent,
     AllOf,
     CompositeSubscription,
     Expression,
@@ -13,7 +14,9 @@ from padres.model.messages import (
     Message,
     Predicate,
     Publication,
+    Sequence,
     Subscription,
+    Temporal,
     Unadvertise,
     Unsubscribe,
     Variable,
@@ -57,9 +60,32 @@ def format_filter(f: Filter) -> str:
 def _expression(expr: Expression, nested: bool = False) -> str:
     if isinstance(expr, Filter):
         return "{" + format_filter(expr) + "}"
-    joiner = " & " if isinstance(expr, AllOf) else " || "
+    if isinstance(expr, Absent):
+        return "!{" + format_filter(expr.filter) + "}"
+    if isinstance(expr, Sequence):
+        joiner = " ;; " if expr.strict else " ; "
+    else:
+        joiner = " & " if isinstance(expr, AllOf) else " || "
     text = joiner.join(_expression(part, nested=True) for part in expr.parts)
     return f"({text})" if nested else text
+
+
+def _clauses(temporal: Temporal) -> str:
+    out = []
+    if temporal.seconds is not None:
+        out.append(f"within {_seconds(temporal.seconds)}")
+    if temporal.events is not None:
+        out.append(f"within {temporal.events} events")
+    if temporal.late:
+        out.append(f"late {_seconds(temporal.late)}")
+    if temporal.consume is not None:
+        out.append(f"consume {temporal.consume}")
+    return "".join(" " + clause for clause in out)
+
+
+def _seconds(seconds: float) -> str:
+    short = f"{seconds:g}"
+    return f"{short if float(short) == seconds else repr(float(seconds))}s"
 
 
 def format_message(message: Message) -> str:
@@ -70,7 +96,9 @@ def format_message(message: Message) -> str:
         case Subscription() | Advertisement():
             return format_filter(message.filter)
         case CompositeSubscription():
-            return _expression(message.expression)
+            temporal = message.temporal
+            clauses = _clauses(temporal) if isinstance(temporal, Temporal) else ""
+            return _expression(message.expression) + clauses
         case Unsubscribe():
             return message.subscription_id
         case Unadvertise():
