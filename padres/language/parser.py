@@ -43,8 +43,8 @@ from padres.model.dates import DATE_FORM, DATETIME_FORM, is_date, is_datetime
 from padres.model.messages import (
     MAX_DEPTH,
     TIME,
-    Advertisement,
     Absent,
+    Advertisement,
     AllOf,
     AnyOf,
     CompositeSubscription,

@@ -20,8 +20,8 @@ hand here::
 
 A filter is its list of predicates, its time window written as ``["time", op, "<ISO time>"]``
 predicates; in an expression, ``{"filter": [...]}`` is read as the same filter. A sequence is
-``{"seq": [...]}`` (``;``) or ``{"next": [...]}`` (``;;``), an absence ``{"not": [...]}``. A variable
-operand is ``{"var": "X", "type": "S"}`` (``type`` is ``""``, ``S``, ``I`` or ``F``).
+``{"seq": [...]}`` (``;``) or ``{"next": [...]}`` (``;;``), an absence ``{"not": [...]}``. A
+variable operand is ``{"var": "X", "type": "S"}`` (``type`` is ``""``, ``S``, ``I`` or ``F``).
 
 Decoding checks everything, the types of every field and the rules of the language, and raises
 ``DecodeError`` naming the offending field (``$.publication.attributes``). A frame is one message

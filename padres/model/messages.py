@@ -51,8 +51,8 @@ __all__ = [
     "MAX_STRING_BYTES",
     "TIME",
     "VERSION",
-    "Advertisement",
     "Absent",
+    "Advertisement",
     "AllOf",
     "AnyOf",
     "Attributes",
@@ -539,7 +539,7 @@ class Absent(_Immutable):
     __match_args__ = ("filter",)
     filter: Filter
 
-    def __init__(self, filter: Filter) -> None:  # noqa: A002 - the field's name
+    def __init__(self, filter: Filter) -> None:
         if not isinstance(filter, Filter):
             raise InvalidMessage("an absence (!{...}) takes one filter, not a group")
         self._set(filter)

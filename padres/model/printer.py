@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Final
 
 from padres.model.messages import (
-    Advertisement,
     Absent,
+    Advertisement,
     AllOf,
     CompositeSubscription,
     Expression,
