@@ -14,6 +14,9 @@ correct rather than fast. Composite semantics (see docs/language.md):
   forgets the publications it used;
 * each part keeps at most ``max_facts`` publications (the oldest go first) and, when ``window`` is
   set, none whose timestamp is older than the newest timestamp seen minus ``window``.
+
+Composites with a sequence or a window of their own are matched in timestamp order
+(``padres.matching.reference_temporal``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from datetime import datetime
 
 from padres.errors import DuplicateId, UnknownId
 from padres.matching.matcher import CompositeMatch, MatchResult, filter_bindings, matches
+from padres.matching.reference_temporal import TemporalState
 from padres.model.messages import CompositeSubscription, Publication, Subscription
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Value
@@ -50,26 +54,38 @@ class ReferenceMatcher:
         self.limits = limits or CompositeLimits()
         self._atomic: dict[str, Subscription] = {}
         self._composite: dict[str, _CompositeState] = {}
+        self._temporal: dict[str, TemporalState] = {}
         self._seq = 0
         self._newest: datetime | None = None
-        self.evicted = 0
+        self._evicted = 0
+
+    @property
+    def evicted(self) -> int:
+        return self._evicted + sum(t.evicted for t in self._temporal.values())
 
     def __len__(self) -> int:
-        return len(self._atomic) + len(self._composite)
+        return len(self._atomic) + len(self._composite) + len(self._temporal)
 
     def add(self, subscription: Subscription | CompositeSubscription) -> None:
-        if subscription.id in self._atomic or subscription.id in self._composite:
+        sid = subscription.id
+        if sid in self._atomic or sid in self._composite or sid in self._temporal:
             raise DuplicateId(subscription.id)
         if isinstance(subscription, Subscription):
             self._atomic[subscription.id] = subscription
+        elif subscription.timing is not None:
+            self._temporal[sid] = TemporalState(subscription, subscription.timing, self.limits)
         else:
             state = _CompositeState(subscription, [[] for _ in subscription.filters])
             self._composite[subscription.id] = state
 
     def remove(self, subscription_id: str) -> None:
-        found = self._atomic.pop(subscription_id, None) or self._composite.pop(
-            subscription_id, None
+        found = (
+            self._atomic.pop(subscription_id, None)
+            or self._composite.pop(subscription_id, None)
+            or self._temporal.pop(subscription_id, None)
         )
+        if isinstance(found, TemporalState):
+            self._evicted += found.evicted
         if found is None:
             raise UnknownId(subscription_id)
 
@@ -81,7 +97,24 @@ class ReferenceMatcher:
         completed: list[CompositeMatch] = []
         for state in self._composite.values():
             completed.extend(self._match_composite(state, _Fact(self._seq, publication)))
+        for temporal in self._temporal.values():
+            completed += temporal.arrive(publication, self._seq)
         return MatchResult(atomic, tuple(completed))
+
+    def advance(self, now: datetime) -> tuple[CompositeMatch, ...]:
+        """Time passes without a publication: composites matched in timestamp order take
+        ``now`` less their lateness as their watermark, and report the matches that completes
+        (those waiting for a window to close without an absent publication)."""
+        out: list[CompositeMatch] = []
+        for temporal in self._temporal.values():
+            out += temporal.advance(now)
+        return tuple(out)
+
+    @property
+    def late(self) -> int:
+        """Publications dropped by composites matched in timestamp order: they came later
+        than the composite's lateness allows."""
+        return sum(t.late for t in self._temporal.values())
 
     def _expire(self, state: _CompositeState) -> None:
         window = self.limits.window
@@ -90,7 +123,7 @@ class ReferenceMatcher:
         oldest = self._newest - window
         for memory in state.memories:
             keep = [f for f in memory if f.pub.timestamp >= oldest]
-            self.evicted += len(memory) - len(keep)
+            self._evicted += len(memory) - len(keep)
             memory[:] = keep
 
     def _match_composite(self, state: _CompositeState, new: _Fact) -> list[CompositeMatch]:
@@ -126,7 +159,7 @@ class ReferenceMatcher:
             memory.append(new)
             if len(memory) > self.limits.max_facts:
                 del memory[0]
-                self.evicted += 1
+                self._evicted += 1
         return [m for _, m in sorted(found.values(), key=lambda item: item[0])]
 
     def _fill(
