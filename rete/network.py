@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from rete.alpha import AlphaNetwork
 from rete.beta import Activation, CompositeNode, guards
 from rete.cluster import SMALL, Entry
-from rete.conditions import Bind, Composite, Conjunction, Fact, Test
+from rete.conditions import Bind, Composite, Conjunction, Fact, TemporalComposite, Test
 from rete.limits import CompositeLimits, Policy
 from rete.memory import AlphaMemory, Expiry, Holders, Stored
 from rete.operators import Value
+from rete.temporal import Inlet, TemporalNode
 
 __all__ = ["DuplicateCondition", "Network", "Result", "UnknownCondition"]
 
@@ -71,25 +73,33 @@ class Network:
         self._atomic: dict[Hashable, Entry] = {}
         self._composite: dict[Hashable, CompositeNode] = {}
         self._joins: dict[_Signature, CompositeNode] = {}
+        self._temporal: dict[Hashable, TemporalNode] = {}
         self._shared: dict[frozenset[Test | Bind], AlphaMemory] = {}
         self._holders = Holders()
         self._expiry = Expiry()
         self._seq = 0
         self._evicted = 0
+        self._late = 0
         self._prefetched: dict[int, tuple[Mapping[str, Value], tuple[list[Any], list[Any]]]] = {}
 
     def __len__(self) -> int:
-        return len(self._atomic) + len(self._composite)
+        return len(self._atomic) + len(self._composite) + len(self._temporal)
 
     def __contains__(self, cid: Hashable) -> bool:
-        return cid in self._atomic or cid in self._composite
+        return cid in self._atomic or cid in self._composite or cid in self._temporal
 
-    def add(self, cid: Hashable, condition: Conjunction | Composite) -> None:
+    def add(self, cid: Hashable, condition: Conjunction | Composite | TemporalComposite) -> None:
         """Add a condition under a new id; it sees the facts matched from now on."""
         if cid in self:
             raise DuplicateCondition(cid)
         self._prefetched = {}
-        if isinstance(condition, Composite):
+        if isinstance(condition, TemporalComposite):
+            temporal = TemporalNode(cid, condition, self.limits)
+            for inlet, part in zip(temporal.inlets, condition.parts, strict=True):
+                tests, attributes = _split(part)
+                inlet.entry = self._alpha.add(inlet, tests, attributes, is_part=True)
+            self._temporal[cid] = temporal
+        elif isinstance(condition, Composite):
             self._composite[cid] = self._join_node(condition)
             node = self._composite[cid]
             node.members.append(cid)
@@ -144,6 +154,13 @@ class Network:
         entry = self._atomic.pop(cid, None)
         if entry is not None:
             self._alpha.remove(entry)
+            return
+        temporal = self._temporal.pop(cid, None)
+        if temporal is not None:
+            for inlet in temporal.inlets:
+                self._alpha.remove(inlet.entry)
+            self._evicted += temporal.evicted
+            self._late += temporal.late
             return
         node = self._composite.pop(cid, None)
         if node is None:
@@ -205,9 +222,41 @@ class Network:
             atomic, parts = self._alpha_match(fact.attributes)
         else:
             atomic, parts = self._alpha.match(fact.attributes)
+        if self._temporal and parts:
+            return Result(atomic, self._temporal_step(fact, parts))
         if not self._composite:
             return Result(atomic)
         return Result(atomic, self._join(fact, parts))
+
+    def _temporal_step(self, fact: Fact, parts: list[Any]) -> list[Activation]:
+        """``fact`` offered to the temporal composites whose parts it passed, then joined as
+        usual for the others."""
+        inlets = [p for p in parts if type(p) is Inlet]
+        activations = []
+        if self._composite:
+            activations = self._join(fact, [p for p in parts if type(p) is not Inlet])
+        hits: dict[TemporalNode, dict[int, dict[str, Value]]] = {}
+        attributes = fact.attributes
+        for inlet in inlets:
+            bindings = inlet.bindings(attributes)
+            if bindings is not None:
+                hits.setdefault(inlet.node, {})[inlet.leaf] = bindings
+        for node, leaves in hits.items():
+            activations += node.offer(fact, leaves)
+        return activations
+
+    def advance(self, now: datetime) -> list[Activation]:
+        """Time passes without a fact: temporal composites take ``now`` less their lateness as
+        their watermark; the matches that completes (those waiting for a window to close)."""
+        out: list[Activation] = []
+        for node in self._temporal.values():
+            out += node.advance(now)
+        return out
+
+    @property
+    def late(self) -> int:
+        """Facts temporal composites dropped: they came later than their lateness allows."""
+        return self._late + sum(node.late for node in self._temporal.values())
 
     def match_part(self, fact: Fact, cid: Hashable, part: int) -> Result:
         """Match the next fact as a candidate for one part of composite ``cid`` only (a fact
@@ -274,7 +323,7 @@ class Network:
     @property
     def evicted(self) -> int:
         """(Composite part, fact) pairs forgotten because of ``max_facts`` or the window."""
-        return self._evicted
+        return self._evicted + sum(node.evicted for node in self._temporal.values())
 
     def stats(self) -> dict[str, int]:
         """Sizes of everything the network holds (all zero once every condition is removed)."""
@@ -294,5 +343,7 @@ class Network:
             "composite_facts": sum(len(m.entries) for m in memories.values()),
             "held_values": len(self._holders),
             "expiry_queue": len(self._expiry.heap),
+            "temporal_composites": len(self._temporal),
+            "temporal_facts": sum(node.held() for node in self._temporal.values()),
             "evicted": self.evicted,
         }

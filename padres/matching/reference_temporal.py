@@ -123,7 +123,9 @@ class TemporalState:
             out += self._close(lambda w, ts=fact.ts: w.closes_at is not None and w.closes_at < ts)
             out += self._take(fact)
             number = self.numbered
-            out += self._close(lambda w, n=number: w.closes_after is not None and n >= w.closes_after)
+            out += self._close(
+                lambda w, n=number: w.closes_after is not None and n >= w.closes_after
+            )
         out += self._close(lambda w: w.closes_at is not None and w.closes_at < mark)
         return out
 
@@ -234,35 +236,35 @@ class TemporalState:
             first = min(facts[s].ts for s in gap.right)
             if last >= first:
                 return False
-            if gap.strict:
-                leaves = [self.sub.filters[leaf] for leaf in pattern]
-                if self._any_between(leaves, last, first, bindings, facts):
-                    return False
+            if gap.strict and self._any_between(pattern, last, first, bindings, facts):
+                return False
         for absence in order.absences:
             if absence.right is None:
                 continue
             last = max(facts[s].ts for s in absence.left)
             first = min(facts[s].ts for s in absence.right)
-            if self._any_between([self.sub.filters[absence.part]], last, first, bindings, ()):
+            if self._any_between((absence.part,), last, first, bindings, ()):
                 return False
         return True
 
     def _any_between(
         self,
-        filters: list[Filter],
+        leaves: tuple[int, ...],
         after: datetime,
         before: datetime,
         bindings: Mapping[str, Value],
         exclude: tuple[_Fact, ...],
     ) -> bool:
-        """Whether a kept publication (not one of ``exclude``) with a timestamp strictly
-        between ``after`` and ``before`` satisfies one of ``filters`` under ``bindings``."""
-        kept = {id(f): f for memory in self.memories for f in memory}
-        for fact in kept.values():
-            if fact in exclude or not after < fact.ts < before:
-                continue
-            if any(_agrees(flt, fact.pub, bindings) for flt in filters):
-                return True
+        """Whether a publication kept for one of the parts ``leaves`` (not one of ``exclude``),
+        with a timestamp strictly between ``after`` and ``before``, satisfies the part under
+        ``bindings``."""
+        for leaf in leaves:
+            flt = self.sub.filters[leaf]
+            for fact in self.memories[leaf]:
+                if fact in exclude or not after < fact.ts < before:
+                    continue
+                if _agrees(flt, fact.pub, bindings):
+                    return True
         return False
 
     # -- matches waiting for their window to close ---------------------------------------------
@@ -303,14 +305,13 @@ class TemporalState:
                 continue
             last = max(w.facts[s].ts for s in absence.left)
             flt = self.sub.filters[absence.part]
-            for memory in self.memories:
-                for fact in memory:
-                    if fact.ts <= last or not _agrees(flt, fact.pub, w.bindings):
-                        continue
-                    if (w.closes_at is None or fact.ts <= w.closes_at) and (
-                        w.closes_after is None or fact.number <= w.closes_after
-                    ):
-                        return False
+            for fact in self.memories[absence.part]:
+                if fact.ts <= last or not _agrees(flt, fact.pub, w.bindings):
+                    continue
+                if (w.closes_at is None or fact.ts <= w.closes_at) and (
+                    w.closes_after is None or fact.number <= w.closes_after
+                ):
+                    return False
         return True
 
 

@@ -656,7 +656,7 @@ def _sequence(expr: Sequence, first: int) -> tuple[list[_Alternative], int]:
             first += 1
             continue
         sub, first = _alternatives(part, first)
-        joined = []
+        joined: list[tuple[_Alternative, list[tuple[int, ...]], list[tuple[int, int]]]] = []
         for alt, ranges, waiting in combos:
             for p in sub:
                 n = len(alt.leaves)
