@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rete.alpha import AlphaNetwork
@@ -80,6 +80,10 @@ class Network:
         self._seq = 0
         self._evicted = 0
         self._late = 0
+        self._early = 0
+        self._clock: datetime | None = None
+        self._ahead: datetime | None = None
+        """The last ``advance``: its time, and the latest timestamp it lets in."""
         self._prefetched: dict[int, tuple[Mapping[str, Value], tuple[list[Any], list[Any]]]] = {}
 
     def __len__(self) -> int:
@@ -98,6 +102,8 @@ class Network:
             for inlet, part in zip(temporal.inlets, condition.parts, strict=True):
                 tests, attributes = _split(part)
                 inlet.entry = self._alpha.add(inlet, tests, attributes, is_part=True)
+            if self._clock is not None:
+                temporal.advance(self._clock, self._ahead)  # nothing is held yet: no matches
             self._temporal[cid] = temporal
         elif isinstance(condition, Composite):
             self._composite[cid] = self._join_node(condition)
@@ -161,6 +167,7 @@ class Network:
                 self._alpha.remove(inlet.entry)
             self._evicted += temporal.evicted
             self._late += temporal.late
+            self._early += temporal.early
             return
         node = self._composite.pop(cid, None)
         if node is None:
@@ -245,18 +252,26 @@ class Network:
             activations += node.offer(fact, leaves)
         return activations
 
-    def advance(self, now: datetime) -> list[Activation]:
+    def advance(self, now: datetime, ahead: timedelta | None = None) -> list[Activation]:
         """Time passes without a fact: temporal composites take ``now`` less their lateness as
-        their watermark; the matches that completes (those waiting for a window to close)."""
+        their watermark; the matches that completes (those waiting for a window to close).
+        ``ahead``: from now on they refuse facts stamped more than this after ``now``."""
         out: list[Activation] = []
+        limit = None if ahead is None else now + ahead
+        self._clock, self._ahead = now, limit
         for node in self._temporal.values():
-            out += node.advance(now)
+            out += node.advance(now, limit)
         return out
 
     @property
     def late(self) -> int:
         """Facts temporal composites dropped: they came later than their lateness allows."""
         return self._late + sum(node.late for node in self._temporal.values())
+
+    @property
+    def early(self) -> int:
+        """Facts temporal composites refused for a timestamp too far ahead (``advance``)."""
+        return self._early + sum(node.early for node in self._temporal.values())
 
     def match_part(self, fact: Fact, cid: Hashable, part: int) -> Result:
         """Match the next fact as a candidate for one part of composite ``cid`` only (a fact
@@ -345,5 +360,7 @@ class Network:
             "expiry_queue": len(self._expiry.heap),
             "temporal_composites": len(self._temporal),
             "temporal_facts": sum(node.held() for node in self._temporal.values()),
+            "late": self.late,
+            "early": self.early,
             "evicted": self.evicted,
         }

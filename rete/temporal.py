@@ -153,7 +153,10 @@ class TemporalNode:
         self.arrivals = 0
         self.numbered = 0
         self.waiting: list[_Waiting] = []
+        self.ahead: datetime | None = None
         self.late = 0
+        self.early = 0
+        """Facts refused for a timestamp after ``ahead``."""
         self.evicted = 0
 
     # -- time ----------------------------------------------------------------------------------
@@ -173,15 +176,22 @@ class TemporalNode:
         if mark is not None and ts < mark:
             self.late += 1
             return []
+        if self.ahead is not None and ts > self.ahead:
+            self.early += 1
+            return []
         self.arrivals += 1
         heapq.heappush(self.buffer, (ts, self.arrivals, fact, hits))
         if self.newest is None or ts > self.newest:
             self.newest = ts
         return self._release()
 
-    def advance(self, now: datetime) -> list[Activation]:
+    def advance(self, now: datetime, ahead: datetime | None = None) -> list[Activation]:
+        """Take ``now`` as a lower bound of the newest timestamp; ``ahead``: refuse facts
+        stamped after it from now on (one stamped far ahead would make every other late)."""
         if self.clock is None or now > self.clock:
             self.clock = now
+        if ahead is not None:
+            self.ahead = ahead
         return self._release()
 
     def _release(self) -> list[Activation]:

@@ -397,6 +397,7 @@ class Broker:
         self._now = now
         out = self.history.expire(now) + self.transactions.expire(now)
         out = self._effects(out, sync=True)
+        out += self.publishing.windows_closed(now)
         if now - self._refreshed >= REFRESH:
             self._refreshed = now
             out += self._effects(self.durables.expire() + self.durables.refresh())
@@ -478,7 +479,9 @@ class Broker:
             case TxVote():
                 return self.votes.vote(session, message)
             case CompositeSubscription():
-                return self.subscribing.subscribe_composite(message, session, now)
+                out = self.subscribing.subscribe_composite(message, session, now)
+                # Its windows follow the broker's clock from the start, not from the next tick.
+                return out + self.publishing.windows_closed(now)
             case Advertisement():
                 return self.advertising.advertise(message, session)
             case Unsubscribe():

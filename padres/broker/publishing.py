@@ -15,6 +15,8 @@ subscriptions.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from padres.broker.durable import Durables
 from padres.broker.history import History
@@ -37,8 +39,18 @@ from padres.model.protocol import (
     RouteTxPublish,
     Visibility,
 )
+from rete import Activation
 
-__all__ = ["Publishing"]
+__all__ = ["GRACE", "Publishing"]
+
+GRACE: Final = 1.0
+"""Seconds the broker's clock is taken to lag behind publishers' timestamps: composites
+matched in timestamp order close their windows by the broker's clock this much late (and
+less their lateness), so that a publication a client stamped just before it sent it is not
+late for having crossed a tick."""
+AHEAD: Final = timedelta(minutes=1)
+"""Composites matched in timestamp order ignore a publication stamped further ahead of the
+broker's clock than this: one stamped years ahead would make every other one late."""
 
 
 class Publishing:
@@ -158,7 +170,19 @@ class Publishing:
             else:
                 self.votes.ended(tag[0])
             out += delivered
-        for activation in matches.activations:
+        return out + self._notify(matches.activations)
+
+    def windows_closed(self, now: float) -> list[Out]:
+        """The composites matched in timestamp order take the broker's clock, ``GRACE``
+        seconds behind ``now``, as a lower bound of their watermark: matches that wait for a
+        window to close with no absent publication are reported although no publication
+        comes (docs/language.md, "Sequences and windows"). Called at every tick."""
+        clock = datetime.fromtimestamp(now - GRACE, UTC)
+        return self._notify(self.routes.network.advance(clock, AHEAD))
+
+    def _notify(self, activations: list[Activation]) -> list[Out]:
+        out: list[Out] = []
+        for activation in activations:
             owner, local_id, _ = self._composites[activation.id]
             facts: tuple[Publication, ...] = activation.facts
             out.append((owner, CompositeNotify(local_id, facts, activation.bindings)))

@@ -22,7 +22,7 @@ from padres.broker.history import History, Watch, composite_network
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.session import Session
 from padres.broker.trees import Trees
-from padres.matching.rete_matcher import to_composite
+from padres.matching.rete_matcher import to_condition
 from padres.model.messages import CompositeSubscription, Filter, Subscription, Unsubscribe
 from padres.model.protocol import Durable, Error, Ok, RouteSubscribe, Visibility
 from padres.security.accounts import Account
@@ -136,12 +136,19 @@ class Subscribing:
         taken = _taken(sub.id, session)
         if taken:
             return taken
+        if sub.timing is not None and any(flt.window is not None for flt in sub.filters):
+            why = (
+                f"composite subscription {sub.id!r}: a sequence or a window (within, late, "
+                "consume) is matched on live publications only; its parts cannot have time "
+                "predicates"
+            )
+            return [(session.hop, Error(why, sub.id))]
         gid = session.composites[sub.id] = self._new_id()
         if any(flt.window is not None for flt in sub.filters):
             watch = Watch(session.hop, sub.id, network=composite_network(sub, self.limits))
             filters = [(f"{gid}:{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
             return self._watch(watch, gid, filters, session.account, now)
-        self.network.add(gid, to_composite(sub))
+        self.network.add(gid, to_condition(sub))
         parts = tuple(f"{gid}:{i}" for i in range(len(sub.filters)))
         self.composites[gid] = LocalComposite(session.hop, sub.id, parts)
         out: list[Out] = []
