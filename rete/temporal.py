@@ -147,6 +147,14 @@ class TemporalNode:
         self.open_ended = [
             any(x.right is None for x in order.absences) for order in condition.orders
         ]
+        self.kept = [
+            self.consume is not None or not _last_only(condition, leaf)
+            for leaf in range(len(binds))
+        ]
+        """Per part, whether its facts are held once released. A part that is only ever the
+        later side of a sequence (not strictly next, and no absence) is not: its facts
+        complete matches as they come, and no later fact can use them (a fact released later
+        is not older)."""
         self.buffer: list[tuple[datetime, int, Any, dict[int, dict[str, Value]]]] = []
         self.newest: datetime | None = None
         self.clock: datetime | None = None
@@ -179,6 +187,7 @@ class TemporalNode:
         if self.ahead is not None and ts > self.ahead:
             self.early += 1
             return []
+
         self.arrivals += 1
         heapq.heappush(self.buffer, (ts, self.arrivals, fact, hits))
         if self.newest is None or ts > self.newest:
@@ -245,6 +254,8 @@ class TemporalNode:
                 break
         if stored:
             for leaf, entry in entering.items():
+                if not self.kept[leaf]:
+                    continue
                 memory = self.memories[leaf]
                 memory.store(entry)
                 if len(memory.held) > self.max_facts:
@@ -418,6 +429,25 @@ class TemporalNode:
             + len(self.buffer)
             + sum(len(w.held) for w in self.waiting)
         )
+
+
+def _last_only(condition: TemporalComposite, leaf: int) -> bool:
+    """Whether part ``leaf`` is, in every pattern holding it, only on the later side of
+    sequence gaps, none of them strict (``;;`` looks for facts of every part in between), and
+    absent from no pattern."""
+    if any(x.part == leaf for order in condition.orders for x in order.absences):
+        return False
+    found = False
+    for pattern, order in zip(condition.patterns, condition.orders, strict=True):
+        for slot, part in enumerate(pattern):
+            if part != leaf:
+                continue
+            found = True
+            if any(slot in gap.left or gap.strict for gap in order.gaps):
+                return False
+            if not any(slot in gap.right for gap in order.gaps):
+                return False
+    return found
 
 
 def _agrees(values: Mapping[str, Value], bindings: Mapping[str, Value]) -> bool:

@@ -136,7 +136,6 @@ def test_temporal_matches_equal_the_reference(
     end = NOW + timedelta(hours=1)
     assert keys(rete.advance(end)) == keys(reference.advance(end))
     assert rete.late == reference.late
-    assert rete.evicted == reference.evicted
 
 
 # -- the semantics, case by case ---------------------------------------------------------------

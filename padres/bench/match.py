@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,20 +25,23 @@ import numpy as np
 
 from padres.bench import machine
 from padres.bench.workloads import (
+    absence_subscriptions,
     composite_publications,
     composite_subscriptions,
     dense_condition,
     dense_events,
+    jittered,
+    sequence_subscriptions,
     stock_publications,
     stock_subscriptions,
 )
 from padres.matching.experta_matcher import ExpertaMatcher
 from padres.matching.reference import ReferenceMatcher
-from padres.matching.rete_matcher import ReteMatcher, to_composite, to_conjunction
+from padres.matching.rete_matcher import ReteMatcher, to_composite, to_condition, to_conjunction
 from padres.model.messages import CompositeSubscription, Publication
 from padres.runtime import collector
 from rete import Activation, Composite, CompositeLimits, Conjunction, Network, Result
-from rete.conditions import Test
+from rete.conditions import TemporalComposite, Test
 
 __all__ = ["WORKLOADS", "report", "run"]
 
@@ -92,7 +96,7 @@ class _Built:
 
 
 def _build(
-    conditions: Sequence[tuple[Hashable, Conjunction | Composite]],
+    conditions: Sequence[tuple[Hashable, Conjunction | Composite | TemporalComposite]],
     limits: CompositeLimits | None = None,
 ) -> _Built:
     gc.collect()
@@ -215,8 +219,6 @@ def _dense_check(
 def run_composite(
     subs: int, pubs: int, seed: int, experta_subs: int, experta_pubs: int
 ) -> dict[str, Any]:
-    from datetime import timedelta
-
     limits = CompositeLimits(window=timedelta(seconds=10))
     subscriptions = list(composite_subscriptions(subs, seed))
     stream = composite_publications(pubs, seed + 1)
@@ -331,7 +333,77 @@ def _figures(
     }
 
 
-WORKLOADS = ("stock", "dense", "composite")
+def run_temporal(
+    workload: str, subs: int, pubs: int, seed: int, reference_subs: int, reference_pubs: int
+) -> dict[str, Any]:
+    """Sequences or absences (``workload``): the Rete network's throughput and the facts it
+    holds as the stream goes on, and, on a smaller set, the reference matcher's throughput and
+    a check that both report the same matches (time advanced past the end, too)."""
+    make = sequence_subscriptions if workload == "sequence" else absence_subscriptions
+    subscriptions = list(make(subs, seed))
+    stream = jittered(composite_publications(pubs, seed + 1), seed + 2, timedelta(milliseconds=50))
+    built = _build([(s.id, to_condition(s)) for s in subscriptions])
+    network = built.network
+    matcher = ReteMatcher()
+    matcher.network = network
+    held: list[int] = []
+    times: list[float] = []
+    matches = 0
+    step = max(1, len(stream) // 10)
+    for start in range(0, len(stream), step):
+        chunk = stream[start : start + step]
+        times += _per_pub_ms(matcher.match, chunk[:-1])
+        matches += len(matcher.match(chunk[-1]).composites)
+        held.append(network.stats()["temporal_facts"])
+    end = max(p.timestamp for p in stream) + timedelta(minutes=1)
+    closed = len(matcher.advance(end))
+    few = subscriptions[:reference_subs]
+    prefix = stream[:reference_pubs]
+    rete_s, rete_keys = _temporal_run(ReteMatcher(), few, prefix, end)
+    naive_s, naive_keys = _temporal_run(ReferenceMatcher(), few, prefix, end)
+    return {
+        "workload": workload,
+        "subs": subs,
+        "pubs": len(stream),
+        "pubs_per_s": len(times) / (sum(times) / 1000),
+        "median_ms": statistics.median(times),
+        "p99_ms": _p99(times),
+        "matches_per_pub": matches / len(stream),
+        "closed_at_end": closed,
+        "late": matcher.late,
+        "held": held,
+        "build_s": built.build_s,
+        "bytes_per_sub": built.bytes_per_sub,
+        "small_subs": len(few),
+        "small_pubs": len(prefix),
+        "small_matches": len(rete_keys),
+        "rete_small_pubs_per_s": len(prefix) / rete_s,
+        "naive_pubs_per_s": len(prefix) / naive_s,
+        "naive_ratio": naive_s / rete_s,
+        "checked": rete_keys == naive_keys,
+        "machine": machine(),
+    }
+
+
+def _temporal_run(
+    matcher: ReteMatcher | ReferenceMatcher,
+    subs: list[CompositeSubscription],
+    stream: list[Publication],
+    end: datetime,
+) -> tuple[float, list[list[str]]]:
+    """Seconds to match ``stream``, and every match reported (as each publication's and
+    the end's lists of match keys, sorted)."""
+    for sub in subs:
+        matcher.add(sub)
+    found: list[list[str]] = []
+    started = time.perf_counter()
+    for pub in stream:
+        found.append(sorted(str(m.key()) for m in matcher.match(pub).composites))
+    found.append(sorted(str(m.key()) for m in matcher.advance(end)))
+    return time.perf_counter() - started, [keys for keys in found if keys]
+
+
+WORKLOADS = ("stock", "dense", "composite", "sequence", "absence")
 
 
 def run(
@@ -341,12 +413,33 @@ def run(
         return run_stock(subs or 200_000, pubs or 2_000, 20, seed, data)
     if workload == "dense":
         return run_dense(subs or 1_000_000, pubs or 500, 5, seed, naive_subs=100_000)
+    if workload in ("sequence", "absence"):
+        return run_temporal(workload, subs or 10_000, pubs or 100_000, seed, 200, 5_000)
     return run_composite(
         subs or 10_000, pubs or 100_000, seed, experta_subs=1_000, experta_pubs=2_000
     )
 
 
 def report(r: dict[str, Any]) -> str:
+    if r["workload"] in ("sequence", "absence"):
+        held = ", ".join(f"{n:,}" for n in r["held"])
+        lines = [
+            f"{r['workload']}: {r['subs']:,} composite subscriptions, {r['pubs']:,} publications"
+            " (stamped up to 50 ms early)",
+            f"  throughput          {r['pubs_per_s']:>12,.0f} publications/s one by one",
+            f"  median / p99        {r['median_ms']:>12.3f} / {r['p99_ms']:.3f} ms per publication",
+            f"  matches per pub     {r['matches_per_pub']:>12.3f}"
+            f"  ({r['closed_at_end']:,} more when time passed the end; {r['late']:,} late)",
+            f"  facts held          {held}  (every tenth of the stream)",
+            f"  build               {r['build_s']:>12.2f} s,"
+            f" {r['bytes_per_sub']:,.0f} bytes/subscription",
+            f"  {r['small_subs']:,} subscriptions, {r['small_pubs']:,} publications"
+            f" ({r['small_matches']:,} times a match was reported):",
+            f"    rete              {r['rete_small_pubs_per_s']:>12,.0f} publications/s",
+            f"    reference         {r['naive_pubs_per_s']:>12,.0f} publications/s"
+            f"  (rete {r['naive_ratio']:,.0f}x)   same matches: {r['checked']}",
+        ]
+        return "\n".join(lines)
     if r["workload"] == "composite":
         lines = [
             f"composite: {r['subs']:,} composite subscriptions, {r['pubs']:,} publications",

@@ -11,6 +11,12 @@
   time; composite subscriptions of two parts (a customer's orders while the server handling
   them is overloaded) or three (an item ordered and returned by one customer while the server
   was overloaded), joined on variables, over a 10-second window.
+* ``sequence``: the same stream, each publication stamped up to 50 ms early (so that some come
+  out of order; the composites allow 100 ms of lateness); sequences of two parts (a customer's
+  order, then the server handling it overloaded, within 10 s) or an item ordered and then
+  returned by one customer within 10 s, one in five strictly next (``;;``).
+* ``absence``: the same stream; a customer's order not returned within 2 s, or a server
+  reported overloaded and not healthy within 1 s.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ from rete import Op, Test, Value
 
 __all__ = [
     "STOCK_ATTRIBUTES",
+    "absence_subscriptions",
     "composite_publications",
     "composite_subscriptions",
     "dense_condition",
     "dense_events",
+    "jittered",
+    "sequence_subscriptions",
     "stock_publications",
     "stock_subscriptions",
 ]
@@ -125,6 +134,54 @@ def composite_subscriptions(count: int, seed: int) -> Iterator[CompositeSubscrip
                 f" & {{[class,eq,'Return'],[item,eq,'i{item}'],[customer,eq,$S$C]}} & {overloaded}"
             )
         yield parse_composite(text, id=f"c{i}")
+
+
+def sequence_subscriptions(count: int, seed: int) -> Iterator[CompositeSubscription]:
+    rng = random.Random(seed)
+    overloaded = "{[class,eq,'SysInfo'],[status,eq,'overloaded'],[server,eq,$S$V]}"
+    for i in range(count):
+        then = ";;" if rng.random() < 0.2 else ";"
+        if rng.random() < 0.7:
+            customer = rng.randrange(CUSTOMERS)
+            order = f"{{[class,eq,'Order'],[customer,eq,'c{customer}'],[server,eq,$S$V]}}"
+            text = f"{order} {then} {overloaded} within 10s late 100ms"
+        else:
+            item = rng.randrange(ITEMS)
+            text = (
+                f"{{[class,eq,'Order'],[item,eq,'i{item}'],[customer,eq,$S$C]}} {then} "
+                f"{{[class,eq,'Return'],[item,eq,'i{item}'],[customer,eq,$S$C]}}"
+                " within 10s late 100ms"
+            )
+        yield parse_composite(text, id=f"q{i}")
+
+
+def absence_subscriptions(count: int, seed: int) -> Iterator[CompositeSubscription]:
+    rng = random.Random(seed)
+    for i in range(count):
+        if rng.random() < 0.7:
+            customer = rng.randrange(CUSTOMERS)
+            text = (
+                f"{{[class,eq,'Order'],[customer,eq,'c{customer}'],[item,eq,$S$I]}} ; "
+                f"!{{[class,eq,'Return'],[customer,eq,'c{customer}'],[item,eq,$S$I]}}"
+                " within 2s late 100ms"
+            )
+        else:
+            server = rng.randrange(SERVERS)
+            text = (
+                f"{{[class,eq,'SysInfo'],[server,eq,'v{server}'],[status,eq,'overloaded']}} ; "
+                f"!{{[class,eq,'SysInfo'],[server,eq,'v{server}'],[status,eq,'healthy']}}"
+                " within 1s late 100ms"
+            )
+        yield parse_composite(text, id=f"n{i}")
+
+
+def jittered(pubs: list[Publication], seed: int, most: timedelta) -> list[Publication]:
+    """``pubs`` in the same order, each stamped up to ``most`` earlier: some out of order."""
+    rng = random.Random(seed)
+    return [
+        Publication(p.id, p.attributes, p.timestamp - most * rng.random(), p.publisher)
+        for p in pubs
+    ]
 
 
 def composite_publications(count: int, seed: int) -> list[Publication]:
