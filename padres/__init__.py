@@ -48,6 +48,7 @@ from padres.matching.reference import ReferenceMatcher
 from padres.matching.rete_matcher import ReteMatcher
 from padres.model.codec import decode, encode
 from padres.model.messages import (
+    Absent,
     Advertisement,
     AllOf,
     AnyOf,
@@ -57,7 +58,9 @@ from padres.model.messages import (
     Message,
     Predicate,
     Publication,
+    Sequence,
     Subscription,
+    Temporal,
     Unadvertise,
     Unsubscribe,
     Variable,
@@ -70,6 +73,7 @@ from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
 
 __all__ = [
+    "Absent",
     "Account",
     "Accounts",
     "AccountsError",
@@ -115,10 +119,12 @@ __all__ = [
     "SchemaConflict",
     "SchemaLimit",
     "SchemaViolation",
+    "Sequence",
     "SlowConsumer",
     "StorageError",
     "Subscription",
     "TLSError",
+    "Temporal",
     "Transaction",
     "TransactionAborted",
     "TransactionClosed",

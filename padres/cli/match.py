@@ -17,7 +17,7 @@ from padres.cli.inputs import expand, positive, read_lines
 from padres.errors import CommandError
 from padres.language.batch import BatchReader
 from padres.matching.engines import ENGINES, make_engine
-from padres.matching.matcher import CompositeMatch, MatchResult
+from padres.matching.matcher import CompositeMatch, Matcher, MatchResult
 from padres.model.messages import CompositeSubscription, Publication, Subscription
 from padres.model.printer import format_message, format_value
 from rete.limits import CompositeLimits, Policy
@@ -107,6 +107,16 @@ def _composite_text(m: CompositeMatch) -> str:
     return f"{m.subscription_id}[{pubs}]" + (f"{{{bindings}}}" if bindings else "")
 
 
+def _results(
+    engine: Matcher, pubs: Iterator[tuple[str, Publication]]
+) -> Iterator[tuple[str, Publication | None, MatchResult]]:
+    """What each publication matched; then, at the end of the input, what time passing
+    every window completes (absences still waiting), with no publication."""
+    for source, pub in pubs:
+        yield source, pub, engine.match(pub)
+    yield "end", None, MatchResult((), engine.advance(datetime.max.replace(tzinfo=UTC)))
+
+
 def run(args: argparse.Namespace) -> int:
     window = timedelta(seconds=args.window) if args.window else None
     limits = CompositeLimits(
@@ -121,9 +131,8 @@ def run(args: argparse.Namespace) -> int:
     total = 0
     started = time.perf_counter()
     out = sys.stdout
-    for source, pub in publications(expand(args.pubs)):
-        total += 1
-        result: MatchResult = engine.match(pub)
+    for source, pub, result in _results(engine, publications(expand(args.pubs))):
+        total += pub is not None
         atomic = sorted(result.subscriptions, key=order.__getitem__)
         composites = sorted(
             result.composites,
@@ -136,15 +145,17 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             line = orjson.dumps(
                 {
-                    "publication": pub.id,
+                    "publication": None if pub is None else pub.id,
                     "source": source,
                     "subscriptions": atomic,
                     "composites": [_composite_json(m) for m in composites],
                 }
             ).decode()
         else:
-            line = f"{pub.id} ({source}): " + (
-                " ".join(atomic + [_composite_text(m) for m in composites]) or "-"
+            line = (
+                ("end of input" if pub is None else f"{pub.id} ({source})")
+                + ": "
+                + (" ".join(atomic + [_composite_text(m) for m in composites]) or "-")
             )
         out.write(line + "\n")
     if args.summary:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from padres.errors import DuplicateId, PadresError, UnknownId
@@ -56,6 +57,11 @@ class ExpertaMatcher:
             raise PadresError("the experta engine takes no new subscriptions once matching started")
         if subscription.id in self._subs:
             raise DuplicateId(subscription.id)
+        if isinstance(subscription, CompositeSubscription) and subscription.timing is not None:
+            raise PadresError(
+                f"the experta engine matches in arrival order: {subscription.id!r} has a "
+                "sequence or a window (use the rete or naive engine)"
+            )
         self._subs[subscription.id] = subscription
 
     def remove(self, subscription_id: str) -> None:
@@ -118,6 +124,10 @@ class ExpertaMatcher:
         return action
 
     # -- matching ----------------------------------------------------------------------------
+
+    def advance(self, now: datetime) -> tuple[CompositeMatch, ...]:
+        """Nothing waits for time here: composites in timestamp order are refused."""
+        return ()
 
     def match(self, publication: Publication) -> MatchResult:
         from experta import Fact, KnowledgeEngine

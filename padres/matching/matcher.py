@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -63,6 +64,10 @@ class Matcher(Protocol):
 
     def match(self, publication: Publication) -> MatchResult:
         """Match the next publication of the stream."""
+
+    def advance(self, now: datetime) -> tuple[CompositeMatch, ...]:
+        """Time passes with no publication: composites matched in timestamp order close the
+        windows that end before ``now`` less their lateness; the matches that completes."""
 
 
 def filter_bindings(
