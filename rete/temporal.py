@@ -432,20 +432,34 @@ class TemporalNode:
 
 
 def _last_only(condition: TemporalComposite, leaf: int) -> bool:
-    """Whether part ``leaf`` is, in every pattern holding it, only on the later side of
-    sequence gaps, none of them strict (``;;`` looks for facts of every part in between), and
-    absent from no pattern."""
+    """Whether part ``leaf``, in every pattern holding it, comes after every other part of the
+    pattern (by its sequence gaps, none of them strict: ``;;`` looks for facts of every part
+    in between), and is absent from no pattern: then no fact released after one of its facts
+    can use it."""
     if any(x.part == leaf for order in condition.orders for x in order.absences):
         return False
     found = False
     for pattern, order in zip(condition.patterns, condition.orders, strict=True):
+        if leaf not in pattern:
+            continue
+        found = True
+        if any(gap.strict for gap in order.gaps):
+            return False
+        before: dict[int, set[int]] = {}
+        for gap in order.gaps:
+            for right in gap.right:
+                before.setdefault(right, set()).update(gap.left)
         for slot, part in enumerate(pattern):
             if part != leaf:
                 continue
-            found = True
-            if any(slot in gap.left or gap.strict for gap in order.gaps):
-                return False
-            if not any(slot in gap.right for gap in order.gaps):
+            earlier: set[int] = set()
+            todo = [slot]
+            while todo:
+                for other in before.get(todo.pop(), ()):
+                    if other not in earlier:
+                        earlier.add(other)
+                        todo.append(other)
+            if len(earlier) < len(pattern) - 1:
                 return False
     return found
 
