@@ -244,8 +244,13 @@ class Network:
             activations = self._join(fact, [p for p in parts if type(p) is not Inlet])
         hits: dict[TemporalNode, dict[int, dict[str, Value]]] = {}
         attributes = fact.attributes
+        bound: dict[tuple[Bind, ...], dict[str, Value] | None] = {}  # identical parts bind alike
         for inlet in inlets:
-            bindings = inlet.bindings(attributes)
+            binds = inlet.binds
+            if binds in bound:
+                bindings = bound[binds]
+            else:
+                bindings = bound[binds] = inlet.bindings(attributes)
             if bindings is not None:
                 hits.setdefault(inlet.node, {})[inlet.leaf] = bindings
         for node, leaves in hits.items():

@@ -155,6 +155,12 @@ class TemporalNode:
         later side of a sequence (not strictly next, and no absence) is not: its facts
         complete matches as they come, and no later fact can use them (a fact released later
         is not older)."""
+        self.joined = [
+            not self.kept[leaf] and all(len(p) > 1 for p in condition.patterns if leaf in p)
+            for leaf in range(len(binds))
+        ]
+        """Per part, whether its facts complete matches only joined with facts held before
+        them, and are not held themselves."""
         self.buffer: list[tuple[datetime, int, Any, dict[int, dict[str, Value]]]] = []
         self.newest: datetime | None = None
         self.clock: datetime | None = None
@@ -224,6 +230,9 @@ class TemporalNode:
     def _take(self, ts: datetime, fact: Any, hits: dict[int, dict[str, Value]]) -> list[Activation]:
         self.numbered += 1
         number = self.numbered
+        joined = self.joined
+        if all(joined[leaf] for leaf in hits) and not any(m.held for m in self.memories):
+            return []  # nothing to join it with, and it is not held: it leaves no trace
         self._expire(ts, number)
         entering = {leaf: _Held(number, ts, fact, b) for leaf, b in hits.items()}
         found: dict[object, _Found] = {}
