@@ -74,6 +74,8 @@ class Network:
         self._composite: dict[Hashable, CompositeNode] = {}
         self._joins: dict[_Signature, CompositeNode] = {}
         self._temporal: dict[Hashable, TemporalNode] = {}
+        self._binders: dict[tuple[Bind, ...], int] = {}
+        """A number for each list of bindings a temporal part makes (``Inlet.kind``)."""
         self._shared: dict[frozenset[Test | Bind], AlphaMemory] = {}
         self._holders = Holders()
         self._expiry = Expiry()
@@ -100,6 +102,7 @@ class Network:
         if isinstance(condition, TemporalComposite):
             temporal = TemporalNode(cid, condition, self.limits)
             for inlet, part in zip(temporal.inlets, condition.parts, strict=True):
+                inlet.kind = self._binders.setdefault(inlet.binds, len(self._binders))
                 tests, attributes = _split(part)
                 inlet.entry = self._alpha.add(inlet, tests, attributes, is_part=True)
             if self._clock is not None:
@@ -244,13 +247,13 @@ class Network:
             activations = self._join(fact, [p for p in parts if type(p) is not Inlet])
         hits: dict[TemporalNode, dict[int, dict[str, Value]]] = {}
         attributes = fact.attributes
-        bound: dict[tuple[Bind, ...], dict[str, Value] | None] = {}  # identical parts bind alike
+        bound: dict[int, dict[str, Value] | None] = {}  # parts binding alike bind once
         for inlet in inlets:
-            binds = inlet.binds
-            if binds in bound:
-                bindings = bound[binds]
+            kind = inlet.kind
+            if kind in bound:
+                bindings = bound[kind]
             else:
-                bindings = bound[binds] = inlet.bindings(attributes)
+                bindings = bound[kind] = inlet.bindings(attributes)
             if bindings is not None:
                 hits.setdefault(inlet.node, {})[inlet.leaf] = bindings
         for node, leaves in hits.items():

@@ -89,12 +89,14 @@ class Inlet:
     """What the alpha network reports for a part of a temporal composite: the fact passed
     the part's tests; ``bindings`` says whether its variables bind."""
 
-    __slots__ = ("binds", "entry", "leaf", "node")
+    __slots__ = ("binds", "entry", "kind", "leaf", "node")
 
     def __init__(self, node: TemporalNode, leaf: int, binds: tuple[Bind, ...]) -> None:
         self.node = node
         self.leaf = leaf
         self.binds = binds
+        self.kind = 0
+        """The same for inlets whose ``binds`` are equal: a fact binds them alike."""
         self.entry: Any = None
 
     def bindings(self, attributes: Mapping[str, Value]) -> dict[str, Value] | None:
