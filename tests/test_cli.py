@@ -76,6 +76,34 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
+def test_match_reports_absences_when_the_input_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    subs = write(
+        tmp_path,
+        "subs.txt",
+        "cs {[class,eq,'Order'],[id,eq,$I]} ; !{[class,eq,'Paid'],[id,eq,$I]} within 5s\n"
+        "cs {[class,eq,'Order'],[id,eq,$I]} ; {[class,eq,'Paid'],[id,eq,$I]} within 5s\n",
+    )
+    pubs = write(
+        tmp_path,
+        "pubs.txt",
+        "[class,'Order'],[id,'o1'],[time,'2026-11-01T08:00:00']\n"
+        "[class,'Order'],[id,'o2'],[time,'2026-11-01T08:00:01']\n"
+        "[class,'Paid'],[id,'o1'],[time,'2026-11-01T08:00:03']\n"
+        "[class,'Order'],[id,'o3'],[time,'2026-11-01T08:00:30']\n",
+    )
+    code, out, _ = run(capsys, "match", "--subs", subs, "--pubs", pubs, "--engine", "naive")
+    assert code == 0
+    assert out.splitlines() == [
+        f"p1 ({pubs}:1): -",
+        f"p2 ({pubs}:2): -",
+        f"p3 ({pubs}:3): -",
+        f"p4 ({pubs}:4): s1[p2]{{I='o2'}} s2[p1,p3]{{I='o1'}}",
+        "end of input: s1[p4]{I='o3'}",
+    ]
+
+
 def test_match_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     subs = write(
         tmp_path,

@@ -111,10 +111,12 @@ def _results(
     engine: Matcher, pubs: Iterator[tuple[str, Publication]]
 ) -> Iterator[tuple[str, Publication | None, MatchResult]]:
     """What each publication matched; then, at the end of the input, what time passing
-    every window completes (absences still waiting), with no publication."""
+    every window completes (absences still waiting), with no publication, if anything."""
     for source, pub in pubs:
         yield source, pub, engine.match(pub)
-    yield "end", None, MatchResult((), engine.advance(datetime.max.replace(tzinfo=UTC)))
+    closed = engine.advance(datetime.max.replace(tzinfo=UTC))
+    if closed:
+        yield "end", None, MatchResult((), closed)
 
 
 def run(args: argparse.Namespace) -> int:
