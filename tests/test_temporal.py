@@ -109,7 +109,7 @@ def keys(matches: tuple[CompositeMatch, ...]) -> list[str]:
     return sorted(str(m.key()) for m in matches)
 
 
-@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(expressions, temporals()), min_size=1, max_size=3),
     streams(),
