@@ -3,9 +3,7 @@
 A link starts when either side dials (``Links.open_link`` sends its ``hello``) and the other
 answers with its own. A connection this broker dialled carries a broker: a client's ``hello``
 on it is refused. Once greeted, a neighbour is offered the schemas and the advertisement trees
-it does not have yet. A neighbour that greets again on a new connection made the same way has
-given up on the old one, which this broker may not have noticed yet: the old link is closed
-first. A lost link takes with it what was learned through it: the trees it was
+it does not have yet. A lost link takes with it what was learned through it: the trees it was
 the parent of are withdrawn from the other neighbours, and the routes, echoes, recoveries and
 replays that went through it end.
 """
@@ -51,17 +49,10 @@ class Links:
         self.durables = durables
         self.advertising = advertising
         self._dialled: set[str] = set()
-        """The connections this broker greeted as a broker (those it dialled, and those it
-        accepted from a neighbour and greeted back)."""
-        self._initiated: set[str] = set()
-        """The connections this broker dialled."""
+        """The connections this broker dialled (and greeted first)."""
 
     def open_link(self, hop: str) -> list[Out]:
-        """Start a link to a neighbour broker on ``hop``, which this broker dialled: greet it."""
-        self._initiated.add(hop)
-        return self._greet(hop)
-
-    def _greet(self, hop: str) -> list[Out]:
+        """Start a link to a neighbour broker on ``hop``: greet it."""
         self._dialled.add(hop)
         return [(hop, self.credentials.hello(self.id, Role.BROKER))]
 
@@ -74,33 +65,16 @@ class Links:
         greeted back unless this broker dialled it)."""
         if hello.name == self.id:
             return [(hop, Error(f"broker {self.id} cannot link to itself"))]
-        out: list[Out] = []
-        for old in self.stale(hop, hello.name):
-            out += self.close(old)
         self.peers[hop] = hello.name
         self.routes.brokers.add(hop)
-        if hop not in self._dialled:
-            out += self._greet(hop)
+        out = [] if hop in self._dialled else self.open_link(hop)
         out += self.schemas.offer(hop)
         return out + self.advertising.link_opened(hop, hello.name)
-
-    def stale(self, hop: str, name: str) -> list[str]:
-        """The links to broker ``name`` that a new one on ``hop`` replaces: those made the same
-        way (``name`` dialled this broker again, or this broker dialled it again), which the
-        side that dialled again has given up on. A link each broker dialled is kept beside
-        the other's."""
-        dialled = hop in self._initiated
-        return [
-            h
-            for h, n in self.peers.items()
-            if n == name and h != hop and (h in self._initiated) == dialled
-        ]
 
     def close(self, hop: str) -> list[Out]:
         """The connection ``hop`` is gone; if it was a neighbour's link, what was learned
         through it is withdrawn from the rest of the overlay."""
         self._dialled.discard(hop)
-        self._initiated.discard(hop)
         name = self.peers.pop(hop, None)
         if name is None:
             return []

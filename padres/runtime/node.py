@@ -999,17 +999,6 @@ class BrokerNode:
             log.info("%s: client %s connected from %s", self.broker.id, connection.name, where)
         elif not connection.dialled:
             log.info("%s: linked from %s at %s", self.broker.id, connection.name, where)
-        if session is None:
-            self._hang_up_replaced(hop, connection.name)
-
-    def _hang_up_replaced(self, hop: str, name: str) -> None:
-        """Close the links to ``name`` that the core let go of for the new one on ``hop``
-        (``Links.stale``: the neighbour dialled again, having given up on them)."""
-        for other_hop, other in self._connections.items():
-            replaced = other.link and other.name == name and other_hop not in self.broker.peers
-            if other_hop != hop and replaced:
-                log.info("%s: link with %s replaced by a new one", self.broker.id, name)
-                other.queue.fail(1001, "replaced by a new link")
 
     def _promote(self, hop: str) -> None:
         """An accepted connection the core has taken as a neighbour (its ``hello`` said it is a
