@@ -19,6 +19,7 @@ spellings of "earlier than" and "later than" for all three (``padres.language.pa
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Final
 
@@ -41,21 +42,20 @@ _DATETIME: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 def is_date(value: object) -> bool:
     """Whether ``value`` is a date in the canonical form, ``'YYYY-MM-DD'``, and a real day."""
-    if type(value) is not str or not _DATE.fullmatch(value):
-        return False
-    try:
-        date.fromisoformat(value)
-    except ValueError:
-        return False
-    return True
+    return _canonical(value, _DATE, date.fromisoformat)
 
 
 def is_datetime(value: object) -> bool:
     """Whether ``value`` is a datetime in the canonical form, ``'YYYY-MM-DDTHH:MM:SSZ'``."""
-    if type(value) is not str or not _DATETIME.fullmatch(value):
+    return _canonical(value, _DATETIME, datetime.fromisoformat)
+
+
+def _canonical(value: object, form: re.Pattern[str], parse: Callable[[str], object]) -> bool:
+    """Whether ``value`` is a string in ``form`` that ``parse`` takes (a real day and time)."""
+    if type(value) is not str or not form.fullmatch(value):
         return False
     try:
-        datetime.fromisoformat(value)
+        parse(value)
     except ValueError:
         return False
     return True
