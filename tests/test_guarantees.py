@@ -245,7 +245,7 @@ async def test_a_publisher_whose_broker_is_killed_sends_again_through_another_on
                 await asyncio.sleep(0.001)
             await shop.flush(60)
             assert shop.url == f"{url['B']}/ws"
-            procs["A"].start()
+            await asyncio.to_thread(procs["A"].start)
             await _wait(
                 lambda: (
                     len(got.by_publisher.get("shop@A", []))

@@ -84,7 +84,7 @@ async def test_a_broker_lost_with_its_machine_is_replaced_elsewhere_with_nothing
             assert len(got.got) == COUNT // 3
             procs[2].kill()  # B, with its machine
             procs[1].resume()
-            replacement.start()
+            await asyncio.to_thread(replacement.start)
             await eventually(lambda: len(got.got) >= COUNT, 60)
             await asyncio.sleep(2.0)  # anything sent twice would have come by now
         assert got.got == list(range(COUNT))
@@ -150,7 +150,7 @@ async def test_a_broker_that_loses_its_database_stops_and_takes_up_again(
             while procs[1].alive and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert not procs[1].alive, "the broker went on without its journal"
-            procs[1].start()
+            await asyncio.to_thread(procs[1].start)
             await shop.flush(60)
             await eventually(lambda: len(got.got) >= COUNT, 30)
             await asyncio.sleep(1.0)
