@@ -12,7 +12,9 @@ database that stops answering (see ``History`` for the timeout).
 
 At the edge, a ``Feed`` per filter merges the answers and the live stream (see ``replay``);
 the watch turns what comes out into deliveries, and tells the client with ``ReplayDone`` when
-the past is complete.
+the past is complete. A composite matched in timestamp order (a sequence, a window) merges
+its feeds into one stream in timestamp order (``timeline``) for its temporal network, past
+and live alike, and follows the broker's clock once its past is complete (``advance``).
 
 A hybrid subscription's live stream misses what was published while a tree it followed was
 cut off from this broker (a link or a broker on the way failed). When the tree comes back (or
@@ -26,13 +28,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from padres.broker.replay import Feed
 from padres.broker.routes import Out
+from padres.broker.timeline import Timeline
 from padres.broker.trees import Tree, Trees
-from padres.matching.rete_matcher import to_composite
+from padres.matching.rete_matcher import to_condition
 from padres.model.messages import (
     CompositeSubscription,
     Filter,
@@ -48,9 +51,9 @@ from padres.model.protocol import (
     ReplayEnd,
     ReplayRequest,
 )
-from rete import CompositeLimits, Network
+from rete import Activation, CompositeLimits, Network
 
-__all__ = ["LOSS_MEMORY", "REPAIR_MARGIN", "History", "Watch"]
+__all__ = ["LOSS_MEMORY", "REPAIR_MARGIN", "History", "Watch", "composite_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -85,26 +88,71 @@ class Watch:
     """Per filter, its place among the composite's parts."""
     network: Network | None = None
     """A composite's own Rete network, fed only with what its feeds pass on."""
+    timeline: Timeline | None = None
+    """A composite matched in timestamp order: its feeds as one stream (``timeline``)."""
     has_past: bool = False
     count: int = 0
     reported: bool = False
+    closed: bool = False
+    """Whether a historic composite matched in timestamp order has closed the windows that
+    close within its range."""
 
     def deliveries(self, part: str, pubs: list[Publication]) -> list[Out]:
+        """What part ``part``'s feed passing on ``pubs`` delivers."""
         if self.network is None:
-            out: list[Out] = [(self.owner, Notify(p, (self.local_id,))) for p in pubs]
-        else:
-            out = []
-            index = self.indexes[part]
-            for pub in pubs:
-                for activation in self.network.match_part(pub, self.local_id, index).activations:
-                    facts: tuple[Publication, ...] = activation.facts
-                    if len({(f.publisher, f.id) for f in facts}) == len(facts):
-                        out.append(
-                            (
-                                self.owner,
-                                CompositeNotify(self.local_id, facts, activation.bindings),
-                            )
-                        )
+            return self._counted([(self.owner, Notify(p, (self.local_id,))) for p in pubs])
+        if self.timeline is not None:
+            return self._in_time(self.network, self.timeline, pubs)
+        activations = []
+        index = self.indexes[part]
+        for pub in pubs:
+            for activation in self.network.match_part(pub, self.local_id, index).activations:
+                facts: tuple[Publication, ...] = activation.facts
+                if len({(f.publisher, f.id) for f in facts}) == len(facts):
+                    activations.append(activation)
+        return self._notified(activations)
+
+    def _in_time(self, network: Network, timeline: Timeline, pubs: list[Publication]) -> list[Out]:
+        """A composite matched in timestamp order: its network takes what the timeline lets go;
+        a historic one, once its past is complete, closes the windows that close within its
+        range (those still open at its end are never reported)."""
+        timeline.add(pubs)
+        activations = []
+        for pub in timeline.ready(self.feeds.values()):
+            activations += network.match(pub).activations
+        closing = timeline.closing
+        historic = not any(f.live for f in self.feeds.values())
+        if historic and closing is not None and not self.closed and self.caught_up():
+            self.closed = True
+            activations += network.advance(closing)
+        return self._notified(activations)
+
+    def caught_up(self) -> bool:
+        """Whether the past is complete and let go, and no repair is due."""
+        done = all(f.done and not f.due for f in self.feeds.values())
+        return done and not (self.timeline is not None and len(self.timeline))
+
+    def advance(self, clock: datetime) -> list[Out]:
+        """The broker's clock (less its grace) is ``clock``: a hybrid composite matched in
+        timestamp order takes it as a lower bound of its watermark once its past is complete
+        (never beyond its range's end plus its lateness), closing the windows it passes."""
+        network, timeline = self.network, self.timeline
+        if network is None or timeline is None:
+            return []
+        clock = timeline.advance(clock)
+        if self.closed or not self.caught_up():
+            return []
+        return self._notified(network.advance(clock))
+
+    def _notified(self, activations: list[Activation]) -> list[Out]:
+        out: list[Out] = []
+        for activation in activations:
+            facts: tuple[Publication, ...] = activation.facts
+            notify = CompositeNotify(self.local_id, facts, activation.bindings)
+            out.append((self.owner, notify))
+        return self._counted(out)
+
+    def _counted(self, out: list[Out]) -> list[Out]:
         if not self.reported:
             self.count += len(out)
         return out
@@ -125,11 +173,23 @@ class Watch:
         return [(self.owner, done)]
 
 
-def composite_network(sub: CompositeSubscription, limits: CompositeLimits | None) -> Network:
-    """A network holding only ``sub`` (under its id), fed part by part (``Watch.deliveries``)."""
+def composite_watch(
+    owner: str, sub: CompositeSubscription, limits: CompositeLimits | None, now: float
+) -> Watch:
+    """The watch of a composite subscription ``sub`` with time windows, made at ``now``: its
+    own network holding only ``sub`` (under its id), fed part by part (``Watch.deliveries``);
+    one matched in timestamp order reads one time range, its parts' feeds merged into one
+    stream (``Timeline``)."""
     network = Network(limits, share=False)
-    network.add(sub.id, to_composite(sub))
-    return network
+    network.add(sub.id, to_condition(sub))
+    timing = sub.timing
+    if timing is None:
+        return Watch(owner, sub.id, network=network)
+    window = sub.filters[0].window
+    seam = datetime.fromtimestamp(now, UTC)
+    end = None if window is None else window.end
+    timeline = Timeline(seam, end, timedelta(seconds=timing.late))
+    return Watch(owner, sub.id, network=network, timeline=timeline)
 
 
 class History:
@@ -255,6 +315,15 @@ class History:
         """A live publication matched part ``pid`` of a watch."""
         watch = self.watches[self.parts[pid]]
         return watch.deliveries(pid, watch.feeds[pid].arrived(pub))
+
+    def advance(self, clock: datetime) -> list[Out]:
+        """The broker's clock, less its grace, is ``clock``: the composites matched in
+        timestamp order whose past is complete take it as a lower bound of their watermark
+        (``Watch.advance``)."""
+        out: list[Out] = []
+        for watch in self.watches.values():
+            out += watch.advance(clock)
+        return out
 
     def tree_lost(self, tree: Tree) -> None:
         """``tree`` was lost with a failed link: the hybrid feeds following it will ask for

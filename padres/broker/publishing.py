@@ -15,7 +15,7 @@ subscriptions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from padres.broker.durable import Durables
@@ -24,6 +24,7 @@ from padres.broker.journal import Journal, Tag
 from padres.broker.routes import Out, Routes
 from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
+from padres.broker.timeline import AHEAD
 from padres.broker.trees import Trees
 from padres.broker.visibility import deliveries
 from padres.broker.votes import Votes
@@ -48,9 +49,6 @@ GRACE: Final = 1.0
 matched in timestamp order close their windows by the broker's clock this much late (and
 less their lateness), so that a publication a client stamped just before it sent it is not
 late for having crossed a tick."""
-AHEAD: Final = timedelta(minutes=1)
-"""Composites matched in timestamp order ignore a publication stamped further ahead of the
-broker's clock than this: one stamped years ahead would make every other one late."""
 
 
 class Publishing:
@@ -176,9 +174,11 @@ class Publishing:
         """The composites matched in timestamp order take the broker's clock, ``GRACE``
         seconds behind ``now``, as a lower bound of their watermark: matches that wait for a
         window to close with no absent publication are reported although no publication
-        comes (docs/language.md, "Sequences and windows"). Called at every tick."""
+        comes (docs/language.md, "Sequences and windows"); historic and hybrid ones too, once
+        their past is complete (``History.advance``). Called at every tick."""
         clock = datetime.fromtimestamp(now - GRACE, UTC)
-        return self._notify(self.routes.network.advance(clock, AHEAD))
+        out = self._notify(self.routes.network.advance(clock, AHEAD))
+        return out + self.history.advance(clock)
 
     def _notify(self, activations: list[Activation]) -> list[Out]:
         out: list[Out] = []

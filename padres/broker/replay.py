@@ -54,6 +54,9 @@ class Feed:
         self.due = False
         """Whether a lost tree, or a database, came (back) since: a repair is due, and live
         publications are held until it is made."""
+        self.reached: datetime | None = None
+        """The timestamp of the latest replayed publication merged since the databases were
+        asked (None: none yet): every earlier one they will send has been passed on."""
         self._ask(databases)
 
     @property
@@ -110,6 +113,7 @@ class Feed:
 
     def _ask(self, databases: Iterable[str]) -> None:
         self.due = False
+        self.reached = None
         self.waiting = set(databases)
         self._queues = {db: deque() for db in self.waiting}
 
@@ -141,5 +145,6 @@ class Feed:
             if not heads or any(not queues[db] for db in self.waiting):
                 return out
             pub = min(heads, key=lambda q: q[0].timestamp).popleft()
+            self.reached = pub.timestamp
             if self._pass(pub):
                 out.append(pub)

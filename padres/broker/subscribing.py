@@ -5,8 +5,10 @@ A client's subscription is routed up every tree holding an advertisement it over
 (``durable``). A composite one is matched here, by the broker's Rete network; its parts are
 routed as plain subscriptions. One with a time window is *watched* (``history``): its past is
 asked of the databases, and the parts that reach into the future are routed for their live
-publications. The client's ``ok`` comes once the routes have settled (``echoes``); so does the
-echo of a subscription a neighbour sent up.
+publications; a composite with a sequence or a window reads one time range, its parts' past
+and live publications matched as one stream in timestamp order. The client's ``ok`` comes
+once the routes have settled (``echoes``); so does the echo of a subscription a neighbour sent
+up.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from padres.broker.dead_letters import DeadLetterQueues
 from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.guard import Guard, routing_filter
-from padres.broker.history import History, Watch, composite_network
+from padres.broker.history import History, Watch, composite_watch
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.session import Session
 from padres.broker.trees import Trees
@@ -136,16 +138,16 @@ class Subscribing:
         taken = _taken(sub.id, session)
         if taken:
             return taken
-        if sub.timing is not None and any(flt.window is not None for flt in sub.filters):
+        windows = [flt.window for flt in sub.filters]
+        if sub.timing is not None and any(w != windows[0] for w in windows):
             why = (
                 f"composite subscription {sub.id!r}: a sequence or a window (within, late, "
-                "consume) is matched on live publications only; its parts cannot have time "
-                "predicates"
+                "consume) reads one time range: give every part the same time predicates"
             )
             return [(session.hop, Error(why, sub.id))]
         gid = session.composites[sub.id] = self._new_id()
-        if any(flt.window is not None for flt in sub.filters):
-            watch = Watch(session.hop, sub.id, network=composite_network(sub, self.limits))
+        if any(w is not None for w in windows):
+            watch = composite_watch(session.hop, sub, self.limits, now)
             filters = [(f"{gid}:{i}", routing_filter(f)) for i, f in enumerate(sub.filters)]
             return self._watch(watch, gid, filters, session.account, now)
         self.network.add(gid, to_condition(sub))
@@ -168,9 +170,12 @@ class Subscribing:
         parts that reach into the future as live subscriptions whose matches go to history.
         The past is bounded by the history grants of the subscriber's ``account``, if any
         (``guard``)."""
-        bounds = {}
+        bounds: dict[str, float | None] = {}
         if self.guard is not None and account is not None:
             bounds = {pid: self.guard.not_before(account, flt, now) for pid, flt in parts}
+        known = [b for b in bounds.values() if b is not None]
+        if watch.timeline is not None and known:
+            bounds = dict.fromkeys(bounds, max(known))  # one range: the narrowest grant's
         out = self.history.watch(gid, watch, parts, now, bounds)
         live = [pid for pid, _ in parts if watch.feeds[pid].live]
         for pid, flt in parts:

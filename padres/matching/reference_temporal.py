@@ -21,11 +21,16 @@ rule. See docs/language.md, "Sequences and windows".
 * Under a consuming policy (``consume first`` / ``consume last``, or the matcher's ``consume``
   policy), a publication completing several matches reports one, the one whose other
   publications came first (last), and the publications of a reported match are forgotten.
+
+Over stored publications (a historic or hybrid composite, docs/historic.md), ``over_range``
+says what the composite matches: those in its time range, in timestamp order, then time passed
+to the range's end, so that the windows closing within the range close and those still open
+at its end do not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import product
@@ -36,7 +41,7 @@ from rete.conditions import Order
 from rete.limits import CompositeLimits, Consumption, Policy
 from rete.operators import Value
 
-__all__ = ["TemporalState"]
+__all__ = ["TemporalState", "over_range"]
 
 
 @dataclass(eq=False)
@@ -319,3 +324,31 @@ def _agrees(flt: Filter, pub: Publication, bindings: Mapping[str, Value]) -> boo
     """Whether ``pub`` satisfies ``flt`` with its variables agreeing with ``bindings`` (those
     the filter binds and ``bindings`` does not are free)."""
     return filter_bindings(flt, pub, bindings) is not None
+
+
+def over_range(
+    sub: CompositeSubscription,
+    publications: Iterable[Publication],
+    until: datetime | None = None,
+    limits: CompositeLimits | None = None,
+) -> list[CompositeMatch]:
+    """What ``sub`` (a composite matched in timestamp order, its parts sharing one time range)
+    matches over ``publications``, those a database stored say: the ones in its range, in
+    timestamp order (the order given between equal timestamps), then time passed to ``until``.
+    By default that is the range's end plus the lateness (the watermark is then the end: the
+    windows closing within the range close, those still open at its end never do); a range
+    with no end is not passed at all unless ``until`` is given."""
+    timing = sub.timing
+    if timing is None:
+        raise ValueError(f"composite subscription {sub.id!r} is matched in arrival order")
+    window = sub.filters[0].window
+    state = TemporalState(sub, timing, limits or CompositeLimits())
+    chosen = (p for p in publications if window is None or p.timestamp in window)
+    out: list[CompositeMatch] = []
+    for arrival, pub in enumerate(sorted(chosen, key=lambda p: p.timestamp)):
+        out += state.arrive(pub, arrival)
+    if until is None and window is not None and window.end is not None:
+        until = window.end + state.lateness
+    if until is not None:
+        out += state.advance(until)
+    return out
