@@ -12,8 +12,16 @@ The day has two halves. After the first, a sales manager at B3 subscribes:
 - hybrid: every order of customer C7, the first half and everything after;
 - composite: orders of user types served by an overloaded server, both in the first half.
 
+The manager also follows four patterns in time (``SEQUENCES``): orders cancelled soon after,
+VIP orders not returned soon after, the order strictly next after an overloaded report for its
+user type, and a customer's second order within 20 orders. Each is followed three ways: live
+from before the day starts, hybrid from the start of the day (made after the first half, so
+that its matches straddle the switch from the past to the live stream), and historic over the
+whole day (made once it is over).
+
 Then the second half is published, and the report compares what each subscription received with
-what it should have, computed from what was published. Run:
+what it should have, computed from what was published, and for the patterns in time by the
+reference evaluation of what the databases stored (``over_range``). Run:
 ``python scenarios/retail/retail.py [--json REPORT]``; exits 1 on a mismatch.
 """
 
@@ -34,10 +42,12 @@ from typing import Any
 
 import orjson
 
+from historic import Store
 from padres import Client, Publication, ReferenceMatcher, parse_composite
 from padres.client.connection import Delivery
 from padres.language.parser import parse_filter
 from padres.matching.matcher import matches
+from padres.matching.reference_temporal import over_range
 from padres.model.codec import to_dict
 from padres.model.protocol import Notify, ReplayDone
 from padres.testing.processes import BrokerProcess, DatabaseProcess
@@ -53,6 +63,24 @@ SHOP_ADVERTISEMENTS = [
     "[class,eq,'Cancel'],[orderID,isPresent],[customerID,isPresent]",
 ]
 SYSINFO_ADVERTISEMENT = "[class,eq,'SysInfo'],[server,isPresent],[status,isPresent]"
+SEQUENCES = {
+    "cancelled": "{[class,eq,'Order'],[orderID,eq,$O]} ; {[class,eq,'Cancel'],[orderID,eq,$O]}"
+    " within 2s late 1s",
+    "kept": "{[class,eq,'Order'],[orderID,eq,$O],[userType,eq,'VIP']}"
+    " ; !{[class,eq,'Return'],[orderID,eq,$O]} within 300ms late 1s",
+    "rush": "{[class,eq,'SysInfo'],[status,eq,'overloaded'],[userType,eq,$U]}"
+    " ;; {[class,eq,'Order'],[userType,eq,$U]} within 1s late 1s",
+    "again": "{[class,eq,'Order'],[customerID,eq,$C]} ; {[class,eq,'Order'],[customerID,eq,$C]}"
+    " within 20 events consume first late 1s",
+}
+"""Patterns in time, each followed live, hybrid and historic (``sequences``). The lateness
+covers publications taking different paths to the manager's broker."""
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
+"""A time after every window has closed."""
+STORED_SPECS = {
+    "DB1": ("B2", ["[class,eq,'Order']", "[class,eq,'Return']", "[class,eq,'Cancel']"]),
+    "DB2": ("B4", ["[class,eq,'Order']", "[class,eq,'SysInfo']"]),
+}
 
 
 @dataclass
@@ -75,9 +103,25 @@ class Subscriptions:
         }
 
 
+def sequences(
+    how: str, start: datetime | None = None, end: datetime | None = None
+) -> dict[str, str]:
+    """``SEQUENCES`` followed ``how`` (live, hybrid or historic), by name: live ones with no
+    time predicates, the others with the range ``start`` to ``end`` (None: open) in every
+    part."""
+    window = ""
+    if start is not None:
+        window = f",[time,>=,'{start.isoformat()}']"
+    if end is not None:
+        window += f",[time,<,'{end.isoformat()}']"
+    return {f"{name}-{how}": text.replace("}", f"{window}}}") for name, text in SEQUENCES.items()}
+
+
 @dataclass
 class Report:
     published: list[Publication] = field(default_factory=list)
+    stored: list[Publication] = field(default_factory=list)
+    """What the databases stored, each publication once."""
     subscriptions: dict[str, str] = field(default_factory=dict)
     received: dict[str, list[Delivery]] = field(default_factory=dict)
     replays: dict[str, ReplayDone] = field(default_factory=dict)
@@ -86,6 +130,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {
             "published": [to_dict(p) for p in self.published],
+            "stored": [to_dict(p) for p in self.stored],
             "subscriptions": self.subscriptions,
             "second_half": self.second_half.isoformat() if self.second_half else None,
             "received": {
@@ -110,6 +155,14 @@ def expected(report: Report) -> dict[str, list[list[str]]]:
     assert second is not None
     out: dict[str, list[list[str]]] = {}
     for name, text in report.subscriptions.items():
+        sub = parse_composite(text, id=name) if text.startswith("{") else None
+        if sub is not None and sub.timing is not None:
+            pubs = report.published if name.endswith("-live") else report.stored
+            until = None if name.endswith("-historic") else FOREVER
+            out[name] = sorted(
+                sorted(p.id for p in m.publications) for m in over_range(sub, pubs, until)
+            )
+            continue
         if name == "composite":
             matcher = ReferenceMatcher()
             matcher.add(parse_composite(text, id=name))
@@ -189,7 +242,8 @@ async def _publish(
         await asyncio.sleep(0.002)
 
 
-async def day(urls: dict[str, str], per_half: int, seed: int) -> Report:
+async def day(urls: dict[str, str], stores: list[str], per_half: int, seed: int) -> Report:
+    """The retail day over the brokers at ``urls``, the databases storing into ``stores``."""
     rng = random.Random(seed)
     report = Report()
     async with contextlib.AsyncExitStack() as stack:
@@ -206,25 +260,38 @@ async def day(urls: dict[str, str], per_half: int, seed: int) -> Report:
             )
             await agent.advertise(SYSINFO_ADVERTISEMENT)
         manager = await stack.enter_async_context(Client(urls["B3"], "sales-manager"))
+
+        async def subscribe(texts: dict[str, str]) -> dict[str, Any]:
+            handles = {}
+            for name, text in texts.items():
+                report.subscriptions[name] = text
+                got = report.received[name] = []
+                if text.startswith("{"):
+                    handles[name] = await manager.subscribe_composite(text, got.append, id=name)
+                else:
+                    handles[name] = await manager.subscribe(text, got.append, id=name)
+            return handles
+
+        await subscribe(sequences("live"))
         await asyncio.sleep(1.0)  # advertisements flood, the databases' subscriptions settle
 
         start = datetime.now(UTC)
         await _publish(clients, report, rng, per_half, 0)
         end = datetime.now(UTC) + timedelta(microseconds=1)
-        report.subscriptions = Subscriptions((start, end)).texts()
-
-        handles = {}
-        for name, text in report.subscriptions.items():
-            got = report.received[name] = []
-            if name == "composite":
-                handles[name] = await manager.subscribe_composite(text, got.append, id=name)
-            else:
-                handles[name] = await manager.subscribe(text, got.append, id=name)
+        handles = await subscribe(Subscriptions((start, end)).texts())
+        handles |= await subscribe(sequences("hybrid", start))
         await asyncio.sleep(0.5)  # the future subscriptions reach the shops
         report.second_half = datetime.now(UTC)
         await _publish(clients, report, rng, per_half, per_half)
-        for name in ("historic", "hybrid", "composite"):
-            report.replays[name] = await handles[name].replayed(timeout=30)
+        day_end = datetime.now(UTC) + timedelta(microseconds=1)
+        for name, handle in handles.items():
+            if name != "future":
+                report.replays[name] = await handle.replayed(timeout=30)
+        await asyncio.sleep(0.1)
+        for name, handle in (await subscribe(sequences("historic", start, day_end))).items():
+            report.replays[name] = await handle.replayed(timeout=30)
+        # The historic ones were answered once the databases had written the whole day.
+        report.stored = _stored(stores)
         want = expected(report)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and any(
@@ -233,6 +300,19 @@ async def day(urls: dict[str, str], per_half: int, seed: int) -> Report:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)  # anything extra would arrive now
     return report
+
+
+def _stored(urls: list[str]) -> list[Publication]:
+    """What the databases at ``urls`` stored, each publication once."""
+    found: dict[tuple[str, str], Publication] = {}
+    for url in urls:
+        store = Store(url)
+        try:
+            for chunk in store.older(FOREVER):
+                found.update(((p.publisher, p.id), p) for _, p in chunk)
+        finally:
+            store.close()
+    return sorted(found.values(), key=lambda p: p.timestamp)
 
 
 def print_report(report: Report) -> bool:
@@ -245,6 +325,9 @@ def print_report(report: Report) -> bool:
         f"published {len(pubs)}: {kinds['Order']} orders, {kinds['Return']} returns, "
         f"{kinds['Cancel']} cancellations, {sysinfo} server status reports"
     )
+    stored = {p.id for p in report.stored}
+    ok &= stored == {p.id for p in pubs}
+    print(f"the databases stored {len(stored)} of them, each once")
     print("the sales manager received:")
     for name, text in report.subscriptions.items():
         got = sorted(_delivery_ids(d) for d in report.received[name])
@@ -280,17 +363,13 @@ def main() -> None:
                 broker = BrokerProcess(name, neighbours=[urls[n] for n in neighbours])
                 procs.append(broker)
                 urls[name] = broker.start()
-            stores = {
-                "DB1": ("B2", ["[class,eq,'Order']", "[class,eq,'Return']", "[class,eq,'Cancel']"]),
-                "DB2": ("B4", ["[class,eq,'Order']", "[class,eq,'SysInfo']"]),
-            }
-            for db, (at, specs) in stores.items():
-                node = DatabaseProcess(
-                    db, urls[at], f"sqlite:///{Path(tmp) / db}.sqlite", stores=specs
-                )
+            stores = []
+            for db, (at, specs) in STORED_SPECS.items():
+                stores.append(f"sqlite:///{Path(tmp) / db}.sqlite")
+                node = DatabaseProcess(db, urls[at], stores[-1], stores=specs)
                 procs.append(node)
                 node.start()
-            report = asyncio.run(day(urls, args.per_half, args.seed))
+            report = asyncio.run(day(urls, stores, args.per_half, args.seed))
         finally:
             for proc in reversed(procs):
                 proc.stop()
