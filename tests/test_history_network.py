@@ -11,14 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from historic import Store
 from padres.client.connection import Client, Delivery
 from padres.errors import ConnectionLost
+from padres.language.parser import parse_composite
+from padres.matching.matcher import CompositeMatch
+from padres.matching.reference_temporal import over_range
 from padres.model.messages import Publication
 from padres.model.protocol import Notify
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 from tests.support import eventually, health
 
 ORDERS = "[class,eq,'Order']"
+PAID = "[class,eq,'Paid']"
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -53,6 +59,31 @@ async def _offers_reach(client: Client, count: int) -> None:
 def _order(i: int) -> Publication:
     attrs = {"class": "Order", "item": "shoes" if i % 2 else "hat", "n": i}
     return Publication(f"o{i}", attrs, datetime.now(UTC))
+
+
+def _paid(n: int) -> Publication:
+    return Publication(f"paid{n}", {"class": "Paid", "n": n}, datetime.now(UTC))
+
+
+def _match(match: Delivery | CompositeMatch) -> tuple[str, ...]:
+    """The ids of a composite match's publications."""
+    if isinstance(match, Notify):
+        raise TypeError(f"a publication where a match was expected: {match}")
+    return tuple(p.id for p in match.publications)
+
+
+def _stored(url: str) -> list[Publication]:
+    """What the database at ``url`` stored."""
+    store = Store(url)
+    try:
+        return [p for chunk in store.older(FOREVER) for _, p in chunk]
+    finally:
+        store.close()
+
+
+def _collecting(into: list[tuple[str, ...]]) -> Callable[[Delivery], None]:
+    """A callback that adds each match's ids to ``into``."""
+    return lambda delivery: into.append(_match(delivery))
 
 
 def _ids(got: list[Delivery]) -> list[str]:
@@ -244,6 +275,77 @@ async def test_a_hybrid_subscription_whose_broker_is_killed_resumes_without_gap_
             await eventually(lambda: len(got) >= total, 30)
             await asyncio.sleep(1.0)  # anything sent twice would have come by now
             assert sorted(got) == list(range(total))  # each once: no gap, no duplicate
+            assert manager.broker == "A"
+    finally:
+        for proc in (db, b, a):
+            proc.stop()
+
+
+async def test_a_hybrid_sequence_whose_broker_is_killed_reports_each_match_once(
+    tmp_path: Path,
+) -> None:
+    """As above, with two hybrid sequences (an order then its payment; an order not paid
+    within half a second): B is killed while orders and payments flow, the client fails over
+    to A and makes them again, their whole range replayed, and drops the matches it had.
+    Each match comes once, none is lost: the same as the reference evaluation of what the
+    database stored."""
+    a = BrokerProcess("A", options=["--heartbeat", "1"])
+    url_a = a.start()
+    b = BrokerProcess("B", neighbours=[url_a], options=["--heartbeat", "1"])
+    url_b = b.start()
+    store = f"sqlite:///{tmp_path / 'd.sqlite'}"
+    db = DatabaseProcess("D", url_a, store, stores=[ORDERS, PAID])
+    db.start()
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    window = f"[time,>=,'{start.isoformat()}']"
+    texts = {
+        "paid": f"{{{ORDERS},[n,=,$N],{window}}} ; {{{PAID},[n,=,$N],{window}}} within 2s late 1s",
+        "unpaid": f"{{{ORDERS},[n,=,$N],{window}}} ; !{{{PAID},[n,=,$N],{window}}}"
+        " within 500ms late 1s",
+    }
+    try:
+        async with (
+            Client(url_a, "shop") as shop,
+            Client([url_b, url_a], "manager", reconnect=True, timeout=30) as manager,
+        ):
+            await _offers_reach(manager, 2)
+            await shop.advertise(ORDERS)
+            await shop.advertise(PAID)
+            await asyncio.sleep(0.5)  # the database's subscriptions reach A
+            got: dict[str, list[tuple[str, ...]]] = {name: [] for name in texts}
+            handles = {}
+            for name, text in texts.items():
+                handles[name] = await manager.subscribe_composite(
+                    text, _collecting(got[name]), id=name
+                )
+            published = 0
+            for n in range(240):
+                if n == 60:
+                    for handle in handles.values():
+                        await handle.replayed(timeout=20)
+                if n == 130:
+                    await eventually(lambda: all(got.values()))  # some matches came from B
+                    b.kill()  # the subscriber's broker, at once
+                await shop.publish(_order(n))
+                published += 1
+                if n % 3 and n >= 4:  # paid, four orders later
+                    await shop.publish(_paid(n - 4))
+                    published += 1
+                await asyncio.sleep(0.005)
+            pubs: list[Publication] = []
+
+            def all_stored() -> bool:
+                pubs[:] = _stored(store)
+                return len(pubs) == published
+
+            await eventually(all_stored)
+            for name, text in texts.items():
+                sub = parse_composite(text, id=name)
+                want = sorted(_match(m) for m in over_range(sub, pubs, FOREVER))
+                await eventually(lambda: len(got[name]) >= len(want), 30)  # noqa: B023
+                await asyncio.sleep(0.5)  # anything sent twice would have come by now
+                assert sorted(got[name]) == want, name  # each once: none lost, none twice
+                assert len(want) > 50, name
             assert manager.broker == "A"
     finally:
         for proc in (db, b, a):

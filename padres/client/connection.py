@@ -230,8 +230,8 @@ class SubscriptionHandle:
         """Where a durable one stands, so that it can move to another broker with its client
         (``padres.client.resume``)."""
         self.seen: Seen | None = None
-        """The latest publications received, for one whose window reaches into the past
-        (``padres.client.resume``), so that a reconnect asks for no more than it missed."""
+        """The latest deliveries received, for one whose window reaches into the past
+        (``padres.client.resume``), so that after a reconnect nothing comes twice."""
         self.handler: Handler | None = None
         """What runs the callback, with retries and an exception queue, if ``retries`` was
         given (``padres.client.handling``)."""
@@ -308,7 +308,7 @@ class SubscriptionHandle:
             self.received = delivery.seq
             if self.standing is not None:
                 self.standing.received(delivery.seq, delivery.publication)
-        if isinstance(delivery, Notify) and not self._first(delivery):
+        if self.seen is not None and not self.seen.first(delivery):
             return  # asked for again after a reconnect: it was received already
         if self.handler is not None:
             if isinstance(delivery, Notify):
@@ -323,11 +323,6 @@ class SubscriptionHandle:
             self._handed_out(delivery)
         else:
             self._queue.put(delivery, size, keep=self._keep)
-
-    def _first(self, notify: Notify) -> bool:
-        """Whether ``notify`` is new to the subscription (always, unless it remembers what
-        it received: ``seen``)."""
-        return self.seen is None or self.seen.first(notify.publication)
 
     def _replay_done(self, done: ReplayDone) -> None:
         """The end of the past: ``replayed`` returns it, and ``events`` hands it out where it

@@ -13,9 +13,15 @@ it again with its window starting at the oldest timestamp among the latest deliv
 remembers (``Seen``, at most ``SEEN`` of them), and drops what comes again of those: what was
 published while it was away comes from the databases, what it had comes no second time.
 
+A composite subscription whose parts reach into the past is asked for again as it was, its
+whole range: its matches depend on everything before them in the range (a sequence's state,
+a count window, a consumption policy), so it cannot start later. Matched again over the
+stored publications, it reports the same matches, and those it missed while away; the client
+drops the matches it remembers (by their publications and bindings).
+
 A publication timestamped before that start (a publisher whose clock is behind, publishing
 while the client was away) is not asked for again; nor is one the client received before the
-``SEEN`` latest, if it comes again.
+``SEEN`` latest, if it comes again (nor a match before the ``SEEN`` latest).
 """
 
 from __future__ import annotations
@@ -27,9 +33,17 @@ from typing import Final
 
 from msgspec.structs import replace
 
-from padres.model.messages import Filter, Origin, Publication, Subscription, TimeWindow
+from padres.model.messages import (
+    CompositeSubscription,
+    Filter,
+    Origin,
+    Publication,
+    Subscription,
+    TimeWindow,
+)
 from padres.model.producers import Ranges, take
-from padres.model.protocol import Roam, Subscribe
+from padres.model.protocol import CompositeNotify, Notify, Roam, Subscribe
+from rete.operators import Value
 
 __all__ = ["SEEN", "Seen", "Standing", "windowed"]
 
@@ -37,22 +51,37 @@ SEEN: Final = 10_000
 """Deliveries a historic or hybrid subscription remembers, the latest."""
 
 
+_Key = tuple[str, str]
+_MatchKey = tuple[tuple[_Key, ...], tuple[tuple[str, Value], ...]]
+
+
+def _key(pub: Publication) -> _Key:
+    return (pub.publisher, pub.id)
+
+
 class Seen:
-    """The latest publications a subscription received: their publisher and id, and their
-    timestamps."""
+    """The latest deliveries a subscription received: publications by their publisher and id,
+    matches of a composite by their publications and bindings; and their timestamps (a
+    match's: its first publication's)."""
 
     def __init__(self, most: int = SEEN) -> None:
         self._most = most
-        self._order: deque[tuple[datetime, tuple[str, str]]] = deque()
-        self._keys: set[tuple[str, str]] = set()
+        self._order: deque[tuple[datetime, _Key | _MatchKey]] = deque()
+        self._keys: set[_Key | _MatchKey] = set()
 
-    def first(self, pub: Publication) -> bool:
-        """Whether ``pub`` is new (it is remembered then); False if it came already."""
-        key = (pub.publisher, pub.id)
+    def first(self, delivery: Notify | CompositeNotify) -> bool:
+        """Whether ``delivery`` is new (it is remembered then); False if it came already."""
+        key: _Key | _MatchKey
+        if isinstance(delivery, Notify):
+            key, at = _key(delivery.publication), delivery.publication.timestamp
+        else:
+            pubs = delivery.publications
+            key = (tuple(map(_key, pubs)), tuple(sorted(delivery.bindings.items())))
+            at = min(p.timestamp for p in pubs)
         if key in self._keys:
             return False
         self._keys.add(key)
-        self._order.append((pub.timestamp, key))
+        self._order.append((at, key))
         if len(self._order) > self._most:
             self._keys.discard(self._order.popleft()[1])
         return True
@@ -77,10 +106,15 @@ class Seen:
 
 def windowed(request: object) -> bool:
     """Whether ``request`` asks for a subscription whose time window has a start (a historic
-    or hybrid one, when the start is past)."""
+    or hybrid one, when the start is past), or a composite one with such a part."""
     sub = request.subscription if isinstance(request, Subscribe) else request
-    window = sub.filter.window if isinstance(sub, Subscription) else None
-    return window is not None and window.start is not None
+    if isinstance(sub, Subscription):
+        windows = [sub.filter.window]
+    elif isinstance(sub, CompositeSubscription):
+        windows = [f.window for f in sub.filters]
+    else:
+        return False
+    return any(w is not None and w.start is not None for w in windows)
 
 
 class Standing:
