@@ -1,14 +1,16 @@
 """historic: publications stored in a database and queried with the language's filters
 (database nodes answer historic subscriptions), published from an application's own database
-transaction (``historic.outbox``), and consumed into it (``historic.inbox``)."""
+transaction (``historic.outbox``) or from its tables' changes (``historic.rules``), and consumed
+into it (``historic.inbox``)."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from historic.errors import InboxError, OutboxError, StoreError, StoreUnavailable
+    from historic.errors import InboxError, OutboxError, RuleError, StoreError, StoreUnavailable
     from historic.inbox import AtomicConsumer, TransactionalInbox
     from historic.outbox import OutboxRelay, TransactionalOutbox
+    from historic.rules import Rule, Rules
     from historic.store import Store
 
 _HOMES = {
@@ -16,6 +18,9 @@ _HOMES = {
     "InboxError": "errors",
     "TransactionalInbox": "inbox",
     "OutboxError": "errors",
+    "Rule": "rules",
+    "RuleError": "errors",
+    "Rules": "rules",
     "StoreError": "errors",
     "StoreUnavailable": "errors",
     "OutboxRelay": "outbox",
@@ -30,6 +35,9 @@ __all__ = [
     "InboxError",
     "OutboxError",
     "OutboxRelay",
+    "Rule",
+    "RuleError",
+    "Rules",
     "Store",
     "StoreError",
     "StoreUnavailable",

@@ -1,12 +1,17 @@
-"""``padres db``, a database-client node attached to a broker (see ``historic.node``), and the
-benchmarks of the historic path (``padres bench history|replay|peers``). Both reach the command
-line through the ``padres.commands`` and ``padres.benchmarks`` entry points."""
+"""``padres db``, a database-client node attached to a broker (see ``historic.node``);
+``padres db rule add|list|remove``, the rules that publish a table's changes through its
+outbox (``historic.rules``); and the benchmarks of the historic path (``padres bench
+history|replay|peers``). They reach the command line through the ``padres.commands`` and
+``padres.benchmarks`` entry points."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from typing import Any
+
+import orjson
 
 from padres.cli.bench import data_and_json, show
 from padres.cli.client import DEFAULT_BROKER
@@ -23,7 +28,9 @@ from padres.runtime import collector
 
 def register(commands: Any) -> None:
     p = commands.add_parser("db", help="run a database node that stores what DB_CONTROL asks")
-    p.add_argument("--id", required=True, help="the database's id, as DB_CONTROL addresses it")
+    p.add_argument(
+        "--id", help="the database's id, as DB_CONTROL addresses it (needed to run the node)"
+    )
     p.add_argument(
         "--broker",
         action="append",
@@ -53,9 +60,12 @@ def register(commands: Any) -> None:
     add_credential_options(p, "the node")
     add_settings_options(p, "PADRES_DB_")
     p.set_defaults(run=run)
+    _register_rules(p.add_subparsers(dest="db_command", metavar="rule"))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.id is None:
+        raise CommandError("--id is needed to run a database node")
     # The client's losses and reconnections matter to a database: logged even when quiet.
     return run_node(
         _serve(args), quiet=args.quiet, log="padres.client.connection", log_format=args.log_format
@@ -86,6 +96,132 @@ async def _serve(args: argparse.Namespace) -> int:
         announce(attached)
         await until_stopped()
     return 0
+
+
+def _register_rules(commands: Any) -> None:
+    r = commands.add_parser(
+        "rule",
+        help="add, list or remove the rules that publish a table's changes",
+        description="Rules install database triggers that write a publication for each change "
+        "of a table into its database's outbox, in the changing transaction; the outbox's relay "
+        "(historic.outbox.OutboxRelay) publishes what commits, exactly once, in commit order.",
+    )
+    actions = r.add_subparsers(dest="rule_command", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="install a rule: publish a table's changes")
+    add.add_argument("name", help="the rule's name: lower-case letters, digits and _")
+    add.add_argument("--table", required=True, help="the table whose changes are published")
+    add.add_argument("--class", dest="class_name", required=True, help="the publications' class")
+    add.add_argument(
+        "--on",
+        default="insert,update,delete",
+        help="the changes published, separated by commas (default insert,update,delete)",
+    )
+    add.add_argument(
+        "--columns",
+        help="the columns published, separated by commas (default: every column the table has now)",
+    )
+    add.add_argument(
+        "--where",
+        metavar="CONDITION",
+        help="publish only the changes whose row meets this condition, predicates of the "
+        "language over the columns: \"[price,>,100],[old.price,<=,100],[op,eq,'update']\"",
+    )
+    add.add_argument(
+        "--old-prefix",
+        metavar="PREFIX",
+        help="of an update, publish the values before it too, under this prefix (old_)",
+    )
+    lst = actions.add_parser("list", help="list the rules, with their advertisements")
+    lst.add_argument("--json", action="store_true", help="print the rules as JSON")
+    remove = actions.add_parser("remove", help="remove a rule and its triggers")
+    remove.add_argument("name")
+    for action in (add, lst, remove):
+        action.add_argument(
+            "--url",
+            default=argparse.SUPPRESS,  # or given to padres db, or PADRES_DB_URL
+            help="SQLAlchemy URL of the application's database (PostgreSQL or SQLite)",
+        )
+        action.add_argument(
+            "--outbox",
+            default="padres_outbox",
+            metavar="TABLE",
+            help="the outbox table the rules write to (default padres_outbox)",
+        )
+        action.set_defaults(run=run_rule)
+
+
+def run_rule(args: argparse.Namespace) -> int:
+    from historic.outbox import TransactionalOutbox  # imports SQLAlchemy: only when it runs
+    from historic.rules import Rule, Rules
+
+    if not getattr(args, "url", None):
+        raise CommandError("--url is needed: the SQLAlchemy URL of the application's database")
+    outbox = TransactionalOutbox(args.url, table=args.outbox)
+    rules = Rules(outbox)
+    try:
+        match args.rule_command:
+            case "add":
+                rule = rules.add(
+                    Rule(
+                        args.name,
+                        table=args.table,
+                        class_name=args.class_name,
+                        on=_words(args.on),
+                        columns=None if args.columns is None else _words(args.columns),
+                        where=args.where,
+                        old_prefix=args.old_prefix,
+                    )
+                )
+                print(f"rule {rule.name}: {_described(rule)}")
+                print(f"advertise: {rule.advertisement()}")
+            case "list":
+                _print_rules(rules.installed(), rules.problems(), as_json=args.json)
+            case _:
+                rules.remove(args.name)
+                print(f"rule {args.name} removed")
+    finally:
+        outbox.engine.dispose()
+    return 0
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(word.strip() for word in text.split(",") if word.strip())
+
+
+def _described(rule: Any) -> str:
+    where = f" where {rule.where}" if rule.where else ""
+    old = f", old values as {rule.old_prefix}*" if rule.old_prefix else ""
+    columns = ", ".join(rule.columns) or "no columns"
+    return (
+        f"{', '.join(rule.on)} on {rule.table}{where} publish class {rule.class_name!r} "
+        f"with {columns}{old}"
+    )
+
+
+def _print_rules(rules: list[Any], problems: dict[str, str], *, as_json: bool) -> None:
+    if as_json:
+        listed = [
+            {
+                "name": rule.name,
+                "table": rule.table,
+                "class": rule.class_name,
+                "on": list(rule.on),
+                "columns": list(rule.columns or ()),
+                "where": rule.where,
+                "old_prefix": rule.old_prefix,
+                "advertisement": rule.advertisement(),
+                "problem": problems.get(rule.name),
+            }
+            for rule in rules
+        ]
+        print(orjson.dumps(listed).decode())
+        return
+    for rule in rules:
+        print(f"{rule.name}: {_described(rule)}")
+        print(f"  advertise: {rule.advertisement()}")
+        if rule.name in problems:
+            print(f"  not publishing: {problems[rule.name]}")
+    print(f"{len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
 
 
 def register_benchmarks(benches: Any) -> None:

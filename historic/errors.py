@@ -4,7 +4,9 @@ Hierarchy::
 
     StorageError                 (padres.errors) a database on disk failed
     ├── OutboxError              an application's outbox table (publishing from its database
-    │                            transaction, ``historic.outbox``)
+    │   │                        transaction, ``historic.outbox``)
+    │   └── RuleError            a rule that publishes a table's changes through the outbox
+    │                            was refused or could not be installed (``historic.rules``)
     ├── InboxError               an application's inbox table (consuming into its database
     │                            transaction, ``historic.inbox``)
     └── StoreError               a historic store's database failed or refused
@@ -15,11 +17,17 @@ from __future__ import annotations
 
 from padres.errors import StorageError
 
-__all__ = ["InboxError", "OutboxError", "StoreError", "StoreUnavailable"]
+__all__ = ["InboxError", "OutboxError", "RuleError", "StoreError", "StoreUnavailable"]
 
 
 class OutboxError(StorageError):
     """An application's outbox table failed (``historic.outbox``)."""
+
+
+class RuleError(OutboxError):
+    """A rule that publishes a table's changes was refused (an unknown table or column, a
+    condition that does not parse, a name in use) or could not be installed or removed
+    (``historic.rules``)."""
 
 
 class InboxError(StorageError):

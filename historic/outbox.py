@@ -23,7 +23,9 @@ acknowledged them (``Client.flush``). A relay that dies in between sends them ag
 starts; the broker's journal recognises a publication by its publisher and id and routes it
 once. So each committed publication reaches every matching durable subscription exactly once,
 and a rolled-back one never. Rows the broker refuses (conforming to none of the relay's
-advertisements, say) stay in the table with the reason (``refused``) and hold back no others.
+advertisements, say), and rows that hold no valid publication, stay in the table with the
+reason (``refused``) and hold back no others. Rules (``historic.rules``) write rows too: a
+table's changes, from database triggers.
 
 One relay per outbox table: two relays under the same name cannot both connect to a broker,
 and under different names they would publish the same rows twice. The broker recognises a
@@ -40,7 +42,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 from sqlalchemy import (
@@ -74,12 +76,21 @@ from padres.model.protocol import Error
 from padres.runtime.backoff import Backoff
 from rete.operators import Value
 
-__all__ = ["OUTBOX_TABLE", "OutboxRelay", "TransactionalOutbox"]
+__all__ = ["OUTBOX_TABLE", "OutboxRelay", "Refusal", "TransactionalOutbox"]
 
 log = logging.getLogger("historic.outbox")
 
 OUTBOX_TABLE: Final = "padres_outbox"
 """The outbox table's name unless another is given."""
+
+
+class Refusal(NamedTuple):
+    """A row of the outbox that was not published, and why."""
+
+    id: str
+    publication: Publication | None
+    """None when the row holds no valid publication."""
+    reason: str
 
 
 class TransactionalOutbox:
@@ -134,16 +145,32 @@ class TransactionalOutbox:
         return pub.id
 
     def pending(self, limit: int) -> list[tuple[int, Publication]]:
-        """Up to ``limit`` committed rows to publish, oldest first, with their row numbers."""
+        """Up to ``limit`` committed rows to publish, oldest first, with their row numbers. A
+        row that holds no valid publication (a rule's trigger, ``historic.rules``, wrote a
+        string longer than a publication may hold, say) is marked refused, saying why, and
+        holds back no other."""
         query = (
             select(self.table.c.seq, self.table.c.body)
             .where(self.table.c.refused.is_(None))
             .order_by(self.table.c.seq)
             .limit(limit)
         )
-        with self._storage("read the outbox"), self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return [(int(seq), _decoded(body)) for seq, body in rows]
+        while True:
+            with self._storage("read the outbox"), self.engine.connect() as conn:
+                rows = conn.execute(query).all()
+            good: list[tuple[int, Publication]] = []
+            bad: dict[int, str] = {}
+            for seq, body in rows:
+                try:
+                    good.append((int(seq), _decoded(body)))
+                except (ValueError, OutboxError) as exc:  # DecodeError, orjson's error
+                    bad[int(seq)] = f"not a valid publication: {exc}"
+            if not bad:
+                return good
+            log.error("%s: %d rows hold no valid publication", self.table.fullname, len(bad))
+            self.mark((), bad)
+            if good:
+                return good
 
     def mark(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
         """Delete the rows ``published`` (acknowledged by the broker); mark those ``refused``
@@ -154,15 +181,24 @@ class TransactionalOutbox:
             for seq, why in refused.items():
                 conn.execute(update(self.table).where(self.table.c.seq == seq).values(refused=why))
 
-    def refused(self) -> list[tuple[Publication, str]]:
-        """The rows the broker refused, with its reasons (they stay until removed)."""
+    def refused(self) -> list[Refusal]:
+        """The rows refused, by the broker or as no valid publication, with the reasons (they
+        stay until removed)."""
         query = (
-            select(self.table.c.body, self.table.c.refused)
+            select(self.table.c.id, self.table.c.body, self.table.c.refused)
             .where(self.table.c.refused.is_not(None))
             .order_by(self.table.c.seq)
         )
         with self._storage("read the outbox"), self.engine.connect() as conn:
-            return [(_decoded(body), str(why)) for body, why in conn.execute(query).all()]
+            rows = conn.execute(query).all()
+        out = []
+        for ident, body, why in rows:
+            try:
+                publication: Publication | None = _decoded(body)
+            except (ValueError, OutboxError):
+                publication = None
+            out.append(Refusal(str(ident), publication, str(why)))
+        return out
 
     def count(self) -> int:
         """Rows waiting to be published (refused ones not counted)."""

@@ -8,6 +8,8 @@ and ``str-contains`` / ``str-prefix`` / ``str-postfix`` as substring tests, neve
 Each attribute of a class is in one field column per kind of value it has had (see
 ``historic.schema``): a predicate tests the columns of its operator's kinds, on the
 publication's own row; an attribute no stored publication of the class has makes it false.
+``predicate_clause`` tests any SQL expressions, one per kind (the columns of an application's
+table, in the conditions of ``historic.rules``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from historic.schema import publications
 from padres.model.messages import Filter, Predicate
 from rete.operators import Op
 
-__all__ = ["Fields", "filter_clause"]
+__all__ = ["Fields", "filter_clause", "predicate_clause"]
 
 Fields = Mapping[str, Mapping[str, str]]
 """A class's field columns: attribute name -> kind (``i``, ``f``, ``s``, ``b``) -> column."""
@@ -93,25 +95,28 @@ def _any(parts: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return or_(*parts) if parts else false()
 
 
-def _value_test(kinds: Mapping[str, str], p: Predicate, dialect: str) -> ColumnElement[bool]:
-    """``p`` on the columns ``kinds`` (kind -> column) of its attribute."""
+def predicate_clause(
+    kinds: Mapping[str, ColumnElement[Any]], p: Predicate, dialect: str
+) -> ColumnElement[bool]:
+    """``p`` on the values of its attribute: ``kinds`` maps a kind (``i``, ``f``, ``s``,
+    ``b``) to an expression holding the value when it is of that kind, NULL otherwise."""
     op, x = p.op, p.value
     if op is Op.IS_PRESENT:
-        return _any([column(name).is_not(None) for name in kinds.values()])
+        return _any([value.is_not(None) for value in kinds.values()])
     if op in _NUMERIC:
         number: int | float = x  # type: ignore[assignment]
         parts = []
         if "i" in kinds:
-            parts.append(_int_versus(column(kinds["i"]), op, number))
+            parts.append(_int_versus(kinds["i"], op, number))
         if "f" in kinds:
-            parts.append(_float_versus(column(kinds["f"]), op, number))
+            parts.append(_float_versus(kinds["f"], op, number))
         return _any(parts)
     if type(x) is bool:  # eq / neq on a boolean
-        return _compare(column(kinds["b"]), op, literal(x)) if "b" in kinds else false()
+        return _compare(kinds["b"], op, literal(x)) if "b" in kinds else false()
     if "s" not in kinds:
         return false()
     text: str = x  # type: ignore[assignment]
-    s: Any = column(kinds["s"])
+    s: Any = kinds["s"]
     if op in (Op.EQ, Op.NEQ, Op.STR_LT, Op.STR_LE, Op.STR_GT, Op.STR_GE):
         by_code_point = s.collate("C") if dialect == "postgresql" else s
         return _compare(by_code_point, op, literal(text))
@@ -130,5 +135,7 @@ def filter_clause(flt: Filter, dialect: str, fields: Fields) -> ColumnElement[bo
     parts: list[ColumnElement[bool]] = [publications.c["class"] == flt.class_name]
     for p in flt.predicates:
         if p.attribute != "class":
-            parts.append(_value_test(fields.get(p.attribute, {}), p, dialect))
+            named = fields.get(p.attribute, {})
+            kinds: dict[str, ColumnElement[Any]] = {k: column(n) for k, n in named.items()}
+            parts.append(predicate_clause(kinds, p, dialect))
     return and_(*parts)

@@ -42,6 +42,7 @@ from padres.errors import InvalidMessage, ParseError
 from padres.model.dates import DATE_FORM, DATETIME_FORM, is_date, is_datetime
 from padres.model.messages import (
     MAX_DEPTH,
+    MAX_PREDICATES,
     TIME,
     Absent,
     Advertisement,
@@ -71,6 +72,7 @@ __all__ = [
     "parse_composite",
     "parse_filter",
     "parse_message",
+    "parse_predicates",
     "parse_publication",
     "parse_subscription",
 ]
@@ -664,6 +666,29 @@ def parse_filter(text: str) -> Filter:
     flt = parser.filter()
     parser.finish()
     return flt
+
+
+def parse_predicates(text: str) -> tuple[Predicate, ...]:
+    """Parse a conjunction of predicates that stands without a class, ``[price,>,100],
+    [status,eq,'paid']``: a condition over something other than a publication (the rows of a
+    table, ``historic.rules``). A time window or a variable has no meaning there: refused."""
+    parser = _Parser(text)
+    predicates: list[Predicate] = []
+    while True:
+        start = parser.peek()
+        item = parser.predicate()
+        if isinstance(item, _TimeBound):
+            raise parser.error("a condition has no time window", item.start)
+        if item.variable is not None:
+            raise parser.error(f"a condition has no variables ({item.variable})", start)
+        predicates.append(item)
+        if len(predicates) > MAX_PREDICATES:
+            raise parser.error(f"a condition has at most {MAX_PREDICATES} predicates", start)
+        if parser.peek().text != ",":
+            break
+        parser.take()
+    parser.finish()
+    return tuple(predicates)
 
 
 def _with_filter(text: str, make: Callable[[Filter], _T]) -> _T:

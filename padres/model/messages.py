@@ -73,6 +73,7 @@ __all__ = [
     "Variable",
     "WireMessage",
     "check_id",
+    "check_name",
     "check_value",
     "checked_before",
     "quote",
@@ -163,7 +164,9 @@ def quote(value: object, most: int = 40) -> str:
     return f"{text[:half]}[...]{text[-half:]} ({len(text):,} characters)"
 
 
-def _check_name(name: object, what: str = "attribute name") -> str:
+def check_name(name: object, what: str = "attribute name") -> str:
+    """Return ``name`` if it is a valid attribute (or variable) name, else raise
+    ``InvalidMessage``."""
     if not _VALID_NAME(name):
         raise InvalidMessage(
             f"invalid {what} {quote(name)}: 1 to 256 letters, digits, '_', '.', '-', "
@@ -242,7 +245,7 @@ def _check_attributes(attrs: Mapping[str, object]) -> None:
         )
     if not attrs.keys() <= _VALID_NAME.seen:
         for name in attrs:
-            _check_name(name)
+            check_name(name)
     for name, value in attrs.items():
         t = type(value)
         if (
@@ -272,7 +275,7 @@ class Variable:
     type: VarType = VarType.ANY
 
     def __post_init__(self) -> None:
-        _check_name(self.name, "variable name")
+        check_name(self.name, "variable name")
 
     def __str__(self) -> str:
         prefix = f"${self.type.value}" if self.type is not VarType.ANY else ""
@@ -304,7 +307,7 @@ class Predicate:
     value: Value | Variable | None = None
 
     def __post_init__(self) -> None:
-        _check_name(self.attribute)
+        check_name(self.attribute)
         if not isinstance(self.op, Op):
             raise InvalidMessage(f"unknown operator {self.op!r}")
         kind = operand_kind(self.op)
