@@ -220,7 +220,7 @@ def _print_rules(rules: list[Any], problems: dict[str, str], *, as_json: bool) -
         print(f"{rule.name}: {_described(rule)}")
         print(f"  advertise: {rule.advertisement()}")
         if rule.name in problems:
-            print(f"  not publishing: {problems[rule.name]}")
+            print(f"  warning: {problems[rule.name]}")
     print(f"{len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
 
 

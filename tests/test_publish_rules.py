@@ -582,10 +582,10 @@ def test_schema_changes_refused_followed_or_made_with_the_rule_in_one_transactio
     }
     # A published column renamed, and a change made: rolled back.
     if engine.dialect.name == "postgresql":  # the rule's function names it: the commit fails
-        with pytest.raises(sqlalchemy.exc.DBAPIError, match='has no field "qty"'):
-            with engine.begin() as conn:
-                conn.exec_driver_sql("ALTER TABLE stock RENAME COLUMN qty TO amount")
-                insert(conn, 3, "amount")
+        failed = pytest.raises(sqlalchemy.exc.DBAPIError, match='has no field "qty"')
+        with failed, engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE stock RENAME COLUMN qty TO amount")
+            insert(conn, 3, "amount")
     else:  # SQLite renames it in the triggers: the attribute keeps its name
         with contextlib.suppress(LookupError), engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM stock WHERE id < 0")  # Python's sqlite3 begins
