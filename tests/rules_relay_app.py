@@ -4,21 +4,30 @@
     python -m tests.rules_relay_app DATABASE_URL BROKER_URL RELAY_NAME BATCH ADVERTISEMENT...
 
 It publishes ``BATCH`` rows at a time, so that a stream takes many rounds of publishing and
-deleting, and a kill falls between any two steps.
+deleting, and waits a moment before deleting what the broker acknowledged: a kill falls between
+any two steps, often between the publishing and the deleting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
+from collections.abc import Mapping, Sequence
 
 from historic.outbox import OutboxRelay, TransactionalOutbox
 from padres.errors import RequestFailed
 
 
+class _SlowOutbox(TransactionalOutbox):
+    def mark(self, published: Sequence[int], refused: Mapping[int, str]) -> None:
+        time.sleep(0.02)  # in a worker thread
+        super().mark(published, refused)
+
+
 async def main(database: str, broker: str, name: str, batch: int, ads: list[str]) -> None:
     relay = OutboxRelay(
-        TransactionalOutbox(database), broker, name, advertisements=ads, batch=batch, interval=0.05
+        _SlowOutbox(database), broker, name, advertisements=ads, batch=batch, interval=0.05
     )
     while True:
         try:

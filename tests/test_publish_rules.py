@@ -323,6 +323,47 @@ async def test_committed_changes_are_published_once_in_commit_order_and_rolled_b
     assert outbox.refused() == []
 
 
+def test_rows_appear_in_the_outbox_in_the_order_of_their_numbers(engine: Engine) -> None:
+    """Commits that race (no lock of the test's own here): a reader never finds a row behind
+    one it has already seen, so the relay never publishes a change before one committed
+    earlier."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has one writing transaction at a time: commits cannot race")
+    outbox = TransactionalOutbox(engine)
+    Rules(outbox).add(Rule("stock", table="items", class_name="Item"))
+    behind: list[int] = []
+    writing = threading.Event()
+    writing.set()
+
+    def watch() -> None:
+        known: set[int] = set()
+        query = sqlalchemy.select(outbox.table.c.seq)
+        with engine.connect() as conn:
+            while writing.is_set():
+                rows = {seq for (seq,) in conn.execute(query)}
+                conn.rollback()  # a new snapshot each time
+                behind.extend(seq for seq in rows - known if seq < max(known, default=0))
+                known |= rows
+
+    def write(worker: int) -> None:
+        with engine.connect() as conn:
+            for n in range(250):
+                with conn.begin():
+                    conn.execute(items.insert().values(id=worker * 1000 + n, name="x", qty=n))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    writing.clear()
+    watcher.join()
+    assert behind == []
+    assert outbox.count() == 1000
+
+
 async def test_a_relay_killed_mid_stream_loses_nothing_and_doubles_nothing(
     engine: Engine, database: str, broker: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
