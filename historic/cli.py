@@ -60,7 +60,15 @@ def register(commands: Any) -> None:
     add_credential_options(p, "the node")
     add_settings_options(p, "PADRES_DB_")
     p.set_defaults(run=run)
-    _register_rules(p.add_subparsers(dest="db_command", metavar="rule"))
+    _register_rules(
+        p.add_subparsers(
+            dest="db_command",
+            title="rules",
+            metavar="rule",
+            description="padres db rule add|list|remove NAME --url URL ...: the rules that "
+            "publish a table's changes (no node is run)",
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:
