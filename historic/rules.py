@@ -256,6 +256,8 @@ class Rules:
                 f"rules need PostgreSQL or SQLite, not {self.engine.dialect.name}: "
                 "publish with TransactionalOutbox.add instead"
             )
+        if self.engine.dialect.name == "sqlite" and self.metadata.schema is not None:
+            raise RuleError("on SQLite, rules work in the main database: an outbox without schema")
         return sql
 
     def _schema(self, conn: Connection) -> str | None:

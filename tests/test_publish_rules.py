@@ -702,6 +702,10 @@ def test_bad_rules_are_refused_with_clear_errors_and_leave_nothing(
             pytest.fail(f"{rule} was added")
     with pytest.raises(RuleError, match="no rule named 'x'"):
         rules.remove("x")
+    if engine.dialect.name == "sqlite":
+        elsewhere = Rules(TransactionalOutbox(engine, schema="aux"))
+        with pytest.raises(RuleError, match="in the main database"):
+            elsewhere.add(Rule("x", table="items", class_name="C"))
     assert [rule.name for rule in rules.installed()] == ["good"]
     sql = trigger_sql(engine.dialect)
     assert sql is not None
