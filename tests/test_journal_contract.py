@@ -15,7 +15,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from padres.broker.journal import RETENTION, DeadLetterQueue, DurableRecord, Journal
+from padres.broker.journal import (
+    RETENTION,
+    DeadLetterQueue,
+    DurableRecord,
+    Journal,
+    PreparedPart,
+)
 from padres.broker.memory_journal import MemoryJournal
 from padres.broker.postgres_journal import PostgresJournal, drop_journal
 from padres.broker.sqlite_journal import SqliteJournal
@@ -215,6 +221,26 @@ def test_a_failed_atomic_write_and_a_rollback_forget_what_was_not_committed(
     assert [seq for seq, *_ in journal.queued(record, 0, 10)] == [1]
     assert list(journal.schemas()) == []
     assert journal.append("t", _pub(4), 0.0) == (2, True)
+
+
+def test_a_prepared_part_is_kept_until_settled(journal: Journal) -> None:
+    pubs = ((_pub(1, "c@B"), "t"), (_pub(2, "c@B"), "u"))
+    part = PreparedPart("c@B", "j1", "p@A:t1", ("B", "C", "A"), pubs)
+    other = PreparedPart("c@B", "j2", "p@A:t2", ("B", "A"), ())
+    journal.prepare(part)
+    journal.prepare(other)
+    journal.commit()
+    assert sorted(journal.prepared(), key=lambda p: p.tx) == [part, other]
+    journal.settle("c@B", "j1")
+    journal.rollback()  # a crash: both are as committed
+    assert sorted(journal.prepared(), key=lambda p: p.tx) == [part, other]
+    with pytest.raises(RuntimeError), journal.atomic():
+        journal.settle("c@B", "j2")
+        raise RuntimeError("the disk failed")
+    with journal.atomic():
+        journal.settle("c@B", "j1")
+    journal.commit()
+    assert list(journal.prepared()) == [other]
 
 
 def test_dead_letters_are_added_listed_replayed_and_purged(journal: Journal) -> None:

@@ -133,6 +133,11 @@ class Advertising:
 
     def unadvertise(self, unadv: Unadvertise, session: Session, now: float) -> list[Out]:
         aid = unadv.advertisement_id
+        held = session.advertisements.get(aid)
+        bound = None if held is None else self._bound(held)
+        if bound is not None:
+            why = f"advertisement {aid!r} cannot be withdrawn now: {bound}"
+            return [(session.hop, Error(why, aid))]
         gid = session.unadvertised(aid)
         if gid is None:
             return [(session.hop, Error(f"no advertisement {aid!r}", aid))]
@@ -172,6 +177,15 @@ class Advertising:
         self._forget(gid, now)
         self.trees.remove(gid)
         return out + self.routes.tree_shrank(local.tree)
+
+    def _bound(self, gid: str) -> str | None:
+        """Why the local advertisement ``gid`` cannot be withdrawn now: a prepared part of a
+        transaction needs its tree (``Transactions.bound``); None if it can."""
+        if gid in self._offers:
+            return None
+        tree = self.trees.holding(gid)
+        rest = [a.filter for aid, a in tree.advertisements.items() if aid != gid]
+        return self.transactions.bound(tree.id, lambda pub: any(conforms(flt, pub) for flt in rest))
 
     def _strand(self, gid: str) -> list[Out]:
         """Abort the open transactions that hold a publication only the local advertisement

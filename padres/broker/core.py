@@ -26,7 +26,8 @@ Databases offer to replay what they store; historic and hybrid subscriptions are
 them (see ``history``).
 
 Publications made in a transaction are kept at their publisher's broker until it commits or
-aborts, and each subscription sees them by its visibility (see ``transactions``).
+aborts, and each subscription sees them by its visibility (see ``transactions``); a consumer's
+transaction may join it as a part, kept at the consumer's broker (see ``parts``).
 
 This module holds the ``Broker`` itself: its parts wired together, its clients' sessions, the
 dispatch of each message to the part it concerns, the one pass every message ends with
@@ -52,6 +53,7 @@ from padres.broker.journal import Journal
 from padres.broker.links import Links
 from padres.broker.losses import Losses, Tally
 from padres.broker.memory_journal import MemoryJournal
+from padres.broker.parts import Ways
 from padres.broker.publishing import Publishing
 from padres.broker.releases import Releases
 from padres.broker.routes import Covering, Out, Routes
@@ -102,6 +104,8 @@ from padres.model.protocol import (
     RouteRelease,
     RouteSchema,
     RouteSubscribe,
+    RouteTxOutcome,
+    RouteTxPart,
     RouteTxPublish,
     RouteTxVote,
     RouteUnadvertise,
@@ -234,7 +238,10 @@ class Broker:
             self.publishing.deliver,
             lambda gid: self.advertising.withdraw(gid, self._now),
             config.transactions,
+            ways=Ways(self.id, self._peers),
+            votes=self.votes,
         )
+        self.transactions.restore()
         self.advertising = Advertising(
             self.id,
             self.trees,
@@ -514,6 +521,10 @@ class Broker:
                 return self.releases.arrive(message, hop)
             case RouteTxVote():
                 return self.votes.route(message, hop)
+            case RouteTxPart():
+                return self.transactions.part_message(message, hop, self._now)
+            case RouteTxOutcome():
+                return self.transactions.outcome_message(message, hop, self._now)
             case RouteCongestion():
                 return self.congestion.arrive(message, hop, self._now)
             case RouteLoss():

@@ -25,7 +25,9 @@ A journal holds
 - the durable subscriptions made at this broker, with what is queued for each;
 - the schemas of the typed classes it knows, so that it enforces them again after a restart;
 - the exception (dead-letter) queues of its clients' subscriptions (``padres.broker.
-  dead_letters`` decides what goes in and out of them, the journal keeps them).
+  dead_letters`` decides what goes in and out of them, the journal keeps them);
+- the joined parts of other brokers' transactions its clients made and finished, until those
+  transactions end (``PreparedPart``).
 
 A committed transaction's publications are guaranteed publications marked with the transaction
 (``tx``), and deliveries of transactional publications with it and its outcome (a ``Tag``), so
@@ -43,6 +45,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
 
+import msgspec
 import orjson
 
 from padres.model.classes import Schema
@@ -58,6 +61,7 @@ __all__ = [
     "DurableRecord",
     "Journal",
     "Logged",
+    "PreparedPart",
     "Queued",
     "Tag",
     "dead_letter_size",
@@ -121,6 +125,22 @@ class DeadLetterQueue:
     """Entries dropped, the oldest first, because it was over its bounds."""
 
 
+class PreparedPart(msgspec.Struct, frozen=True):
+    """A joined part its broker holds *prepared*: its client finished it, and it commits or
+    aborts with the transaction it joined, whose broker decides (``padres.broker.parts``)."""
+
+    owner: str
+    """The client's name in the overlay (``<client>@<broker>``)."""
+    tx: str
+    """The client's id for the part."""
+    joins: str
+    """The overlay-wide id of the transaction it joined."""
+    path: tuple[str, ...]
+    """The brokers from this one to that transaction's, both included."""
+    publications: tuple[tuple[Publication, str], ...]
+    """Its publications, in order, with the tree each goes down."""
+
+
 def dead_letter_size(publication: Publication, error: str) -> int:
     """The bytes an exception entry counts against its queue's bound: its publication as JSON
     and its error text (UTF-8)."""
@@ -168,6 +188,21 @@ class Journal(Protocol):
 
     def committed(self, tx: str) -> bool:
         """Whether transaction ``tx`` committed publications here (that the journal keeps)."""
+        ...
+
+    # -- joined parts ------------------------------------------------------------------------
+
+    def prepare(self, part: PreparedPart) -> None:
+        """Keep ``part`` until ``settle``."""
+        ...
+
+    def prepared(self) -> Iterator[PreparedPart]:
+        """The parts kept (``prepare``) and not settled; raises ``JournalError`` for one it
+        cannot read."""
+        ...
+
+    def settle(self, owner: str, tx: str) -> None:
+        """Forget the part ``tx`` of ``owner`` (its transaction ended)."""
         ...
 
     def since(

@@ -27,6 +27,7 @@ from padres.broker.journal import (
     DurableRecord,
     Journal,
     Logged,
+    PreparedPart,
     Queued,
     Tag,
     dead_letter_size,
@@ -145,6 +146,7 @@ class MemoryJournal(Journal):
         self._dropped: Counter[_Key] = Counter()
         self._entry = 0
         """The number of the last exception entry made."""
+        self._parts: dict[_Key, PreparedPart] = {}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -242,6 +244,17 @@ class MemoryJournal(Journal):
 
     def committed(self, tx: str) -> bool:
         return tx in self._txs
+
+    # -- joined parts ------------------------------------------------------------------------
+
+    def prepare(self, part: PreparedPart) -> None:
+        self._replace(self._parts, (part.owner, part.tx), part)
+
+    def prepared(self) -> Iterator[PreparedPart]:
+        yield from list(self._parts.values())
+
+    def settle(self, owner: str, tx: str) -> None:
+        self._replace(self._parts, (owner, tx), None)
 
     def since(
         self, tree: str, after: int, limit: int, at: float = 0.0

@@ -64,6 +64,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS exceptions_ref ON exceptions (owner, subscript
 CREATE TABLE IF NOT EXISTS exception_queues (
     owner TEXT NOT NULL, subscription TEXT NOT NULL, dropped BIGINT NOT NULL,
     PRIMARY KEY (owner, subscription));
+CREATE TABLE IF NOT EXISTS parts (
+    owner TEXT NOT NULL, tx TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (owner, tx));
 CREATE TABLE IF NOT EXISTS numbers (name TEXT PRIMARY KEY, last BIGINT NOT NULL);
 INSERT INTO numbers VALUES ('exceptions', 0) ON CONFLICT DO NOTHING;
 """

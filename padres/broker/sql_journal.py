@@ -8,7 +8,7 @@ written with ``?`` parameters. See ``padres.broker.journal`` for what a journal 
 Guaranteed publications are the rows of ``log``, the trees of local advertisements those of
 ``trees``, durable subscriptions those of ``durables``, schemas those of ``schemas``, and
 exception queues the entries of ``exceptions`` with, per queue, how many were dropped in
-``exception_queues``.
+``exception_queues``, and prepared parts those of ``parts``.
 
 A durable subscription's queue is kept as *runs*: the consecutive deliveries queued for it
 between two commits are one row (``runs``), their bodies side by side, so that a frame that
@@ -33,6 +33,7 @@ from padres.broker.journal import (
     DurableRecord,
     Journal,
     Logged,
+    PreparedPart,
     Queued,
     Tag,
     dead_letter_size,
@@ -285,6 +286,25 @@ class SqlJournal(Journal):
     def committed(self, tx: str) -> bool:
         found = self._db.execute("SELECT 1 FROM log WHERE tx = ? AND tx != '' LIMIT 1", (tx,))
         return found.fetchone() is not None
+
+    # -- joined parts ------------------------------------------------------------------------
+
+    def prepare(self, part: PreparedPart) -> None:
+        self._db.execute(
+            "INSERT INTO parts (owner, tx, body) VALUES (?, ?, ?) "
+            "ON CONFLICT (owner, tx) DO UPDATE SET body = excluded.body",
+            (part.owner, part.tx, msgspec.json.encode(part)),
+        )
+
+    def prepared(self) -> Iterator[PreparedPart]:
+        for (body,) in self._db.execute("SELECT body FROM parts").fetchall():
+            try:
+                yield msgspec.json.decode(body, type=PreparedPart)
+            except (msgspec.DecodeError, ValueError) as exc:
+                raise JournalError(f"the journal holds a part it cannot read: {exc}") from exc
+
+    def settle(self, owner: str, tx: str) -> None:
+        self._db.execute("DELETE FROM parts WHERE owner = ? AND tx = ?", (owner, tx))
 
     def since(
         self, tree: str, after: int, limit: int, at: float = 0.0

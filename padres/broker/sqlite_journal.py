@@ -52,6 +52,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS exceptions_ref ON exceptions (owner, subscript
 CREATE TABLE IF NOT EXISTS exception_queues (
     owner TEXT NOT NULL, subscription TEXT NOT NULL, dropped INTEGER NOT NULL,
     PRIMARY KEY (owner, subscription));
+CREATE TABLE IF NOT EXISTS parts (
+    owner TEXT NOT NULL, tx TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (owner, tx));
 """
 _COLUMNS: Final = (
     ("log", "tx", "TEXT NOT NULL DEFAULT ''"),

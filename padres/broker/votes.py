@@ -9,7 +9,8 @@ publications it delivered to its clients and that have not ended, the tree they 
 and which of its clients (plain subscribers) received them: one whose connection ends before it
 voted is ``gone``, which its broker says in its place. At most ``MAX_REMEMBERED`` transactions
 are remembered, the oldest forgotten first (a vote on one forgotten is refused, and its
-producer's commit times out).
+producer's commit times out). What a broker remembers also tells where a client that joins a
+transaction (``padres.broker.parts``) sends its join: up the same tree.
 """
 
 from __future__ import annotations
@@ -53,12 +54,25 @@ class Votes:
 
     def delivered(self, tx: str, tree: str, hops: Iterable[str]) -> None:
         """Publications of ``tx`` (open or committing), down ``tree``, reached clients ``hops``
-        (and maybe durable subscriptions)."""
-        _, owing = self._open.pop(tx, ("", set()))
+        (and maybe durable subscriptions). The first tree is kept: the producer's, mostly
+        (those of its parts' lead there too)."""
+        first, owing = self._open.pop(tx, (tree, set()))
         owing.update(hops)
-        self._open[tx] = (tree, owing)
+        self._open[tx] = (first, owing)
         if len(self._open) > MAX_REMEMBERED:
             del self._open[next(iter(self._open))]
+
+    def tree_of(self, tx: str) -> str | None:
+        """The tree publications of open transaction ``tx`` came down to this broker, if any
+        did (and it remembers)."""
+        known = self._open.get(tx)
+        return None if known is None else known[0]
+
+    def discharge(self, tx: str, hop: str) -> None:
+        """The client on ``hop`` owes no vote on ``tx`` any more: its part of it is done."""
+        known = self._open.get(tx)
+        if known is not None:
+            known[1].discard(hop)
 
     def ended(self, tx: str) -> None:
         """``tx`` is over: no vote on it can change anything."""

@@ -46,6 +46,7 @@ __all__ = [
     "ENVELOPES",
     "MAX_FRAME_BYTES",
     "MAX_FRAME_MESSAGES",
+    "MAX_PATH",
     "MAX_REASON",
     "MAX_VITAL",
     "MAX_VITAL_WAIT",
@@ -69,6 +70,7 @@ __all__ = [
     "Notify",
     "Ok",
     "Outcome",
+    "PartState",
     "Query",
     "QueryResult",
     "Recover",
@@ -89,6 +91,8 @@ __all__ = [
     "RouteRelease",
     "RouteSchema",
     "RouteSubscribe",
+    "RouteTxOutcome",
+    "RouteTxPart",
     "RouteTxPublish",
     "RouteTxVote",
     "RouteUnadvertise",
@@ -160,12 +164,26 @@ class Vote(StrEnum):
     GONE = "gone"
 
 
+class PartState(StrEnum):
+    """What a joined part's broker tells the broker of the transaction it joined
+    (``RouteTxPart``): the part asks to ``join``; it is ``prepared`` (done, and on its broker's
+    disk: it commits or aborts with the transaction); it was ``aborted`` before it was done (so
+    is the transaction); its broker, holding it prepared, ``ask``s how the transaction ended."""
+
+    JOIN = "join"
+    PREPARED = "prepared"
+    ABORTED = "aborted"
+    ASK = "ask"
+
+
 MAX_VITAL: Final = 100
 """Consumers a transaction may name as vital, at most."""
 MAX_VITAL_WAIT: Final = 600.0
 """Seconds a commit may wait for its vital consumers, at most."""
 MAX_REASON: Final = 1000
 """Characters of the reason a loss report or a vote gives, at most."""
+MAX_PATH: Final = 64
+"""Brokers between a joined part's broker and its transaction's, both counted, at most."""
 
 
 class Hello(WireMessage, frozen=True, tag="hello"):
@@ -248,14 +266,26 @@ class TxBegin(WireMessage, frozen=True, tag="tx_begin"):
 
     ``vital``: the consumers (client names, ``name`` or ``name@broker``) whose reactions are
     vital: the commit waits, ``wait`` seconds at most, until each has voted ``ready``, and
-    aborts if one votes ``failed``, is gone, or has not voted in time."""
+    aborts if one votes ``failed``, is gone, or has not voted in time.
+
+    ``join``: the overlay-wide id (``TxNotify.tx``) of a producer's transaction whose
+    publications reached the client: this one is a *part* of it (a shared context), its
+    publications that transaction's. Answered by ``ok`` once the producer's broker took the
+    part, by ``tx_ended`` if it refused it (the transaction is over, or its commit has started
+    and does not wait for this client), by an ``error`` if no publication of it reached this
+    broker. A part names no vital consumers."""
 
     tx: str
     vital: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_VITAL)] = ()
     wait: Annotated[float, msgspec.Meta(gt=0, le=MAX_VITAL_WAIT)] = 10.0
+    join: str = ""
 
     def __post_init__(self) -> None:
         check_id(self.tx, "transaction id")
+        if self.join:
+            check_id(self.join, "transaction id")
+            if self.vital:
+                raise InvalidMessage("a part of another transaction names no vital consumers")
 
 
 class TxPublish(WireMessage, frozen=True, tag="tx_publish"):
@@ -299,6 +329,38 @@ class RouteTxVote(WireMessage, frozen=True, tag="route_tx_vote"):
     tree: str
     voter: str
     vote: Vote
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
+
+
+class RouteTxPart(WireMessage, frozen=True, tag="route_tx_part"):
+    """From the broker of joined part ``part`` (``<client>@<broker>:<id>``, of client
+    ``voter``) to the broker of transaction ``tx``, the one it joined: see ``PartState``.
+
+    It travels along ``path``, the part's broker first: for a ``join``, the brokers up the
+    tree the transaction's publications came down (a broker at its end holding a part of
+    ``tx`` itself passes it on, the path extended along that part's); afterwards, the path the
+    answer gave."""
+
+    tx: str
+    part: str
+    voter: str
+    state: PartState
+    path: Annotated[tuple[str, ...], msgspec.Meta(min_length=1, max_length=MAX_PATH)]
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
+
+
+class RouteTxOutcome(WireMessage, frozen=True, tag="route_tx_outcome"):
+    """From the broker of transaction ``tx`` to that of its joined part ``part``, back along
+    ``path`` (the part's broker first): ``pending`` or ``committing``, the part is taken (the
+    transaction is open, or its commit has started); ``committing`` again when the commit
+    starts; ``committed`` or ``aborted`` when the transaction ends (``reason``: why it
+    aborted). ``refused``: the part is not taken, ``reason`` says why."""
+
+    tx: str
+    part: str
+    outcome: Outcome
+    path: Annotated[tuple[str, ...], msgspec.Meta(min_length=1, max_length=MAX_PATH)]
+    refused: bool = False
     reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] = ""
 
 
@@ -836,6 +898,8 @@ Envelope: TypeAlias = (
     | TxVote
     | RouteTxPublish
     | RouteTxVote
+    | RouteTxPart
+    | RouteTxOutcome
 )
 
 
