@@ -24,7 +24,8 @@ Hierarchy::
     │   └── TransactionError     ... about a transaction (carries its id): unknown, say
     │       ├── TransactionAborted   ... it was aborted (carries why), so it cannot commit
     │       │   └── TransactionLimit ... by a limit: too many open, or publications in one
-    │       └── TransactionClosed    ... it is committed (or never begun): it takes no more
+    │       └── TransactionClosed    ... it is committed (or never begun, or a part that is
+    │                                    done): it takes no more; or it may not join another
     ├── AuthenticationError      a user, password, token or name was not accepted
     ├── AccountsError            an accounts file cannot be read, or an edit of it is wrong
     ├── StorageError             a database on disk failed (the driver's error is the cause)
@@ -252,7 +253,9 @@ class TransactionAborted(TransactionError):
 
 class TransactionClosed(TransactionError):
     """The transaction is committed (nothing more can be published in it, nor can it be
-    aborted), or was never begun. Using one that was aborted raises ``TransactionAborted``."""
+    aborted), or was never begun, or is a part of another that is done (it ends as that one
+    does); or the transaction it would join refused it (that one is over, or its commit has
+    started). Using one that was aborted raises ``TransactionAborted``."""
 
 
 class TransactionLimit(TransactionAborted):

@@ -78,6 +78,7 @@ from padres.client.transport import Dialler, Transport, attached, dial
 from padres.errors import (
     AuthenticationError,
     ConnectionLost,
+    InvalidMessage,
     PadresError,
     RequestFailed,
     SlowConsumer,
@@ -816,6 +817,7 @@ class Client:
         wait: float = 10.0,
         trigger: str | None = None,
         on: Outcome | str = Outcome.COMMITTED,
+        join: str | None = None,
     ) -> Transaction:
         """A transaction of publications: ``async with client.transaction() as tx:`` (see
         ``padres.client.transaction``); ``id``: the client's id for it, unique among this client's
@@ -823,10 +825,16 @@ class Client:
         its commit waits for, ``wait`` seconds at most (``docs/transactions.md``). ``trigger``:
         the transaction (``TxNotify.tx``) it reacts to: it commits only if that one ended with
         ``on`` (``committed`` or ``aborted``), waiting ``wait`` seconds at most to learn it
-        (``padres.client.outcomes``)."""
+        (``padres.client.outcomes``). ``join``: the transaction (``TxNotify.tx``, one that
+        reached this client while open) it is a part of: its publications are that one's, and
+        end with it (a shared context); it names no vital consumers and no trigger."""
+        if join is not None and (vital or trigger is not None):
+            raise InvalidMessage("a part of a transaction names no vital consumers, nor a trigger")
         ident = id or f"{self._id('t')}.{self._instance}"
         depends = None if trigger is None else (trigger, Outcome(on))
-        return Transaction(self, ident, vital=tuple(vital), wait=wait, trigger=depends)
+        return Transaction(
+            self, ident, vital=tuple(vital), wait=wait, trigger=depends, join=join or ""
+        )
 
     async def vote(self, tx: str, vote: Vote | str, reason: str = "") -> None:
         """Vote on transaction ``tx`` (``TxNotify.tx``), which this client received publications
@@ -1270,9 +1278,13 @@ class Client:
             future.set_result(ended)
             return
         transaction = self._transactions.get(ended.tx)
-        if transaction is not None:
-            log.warning("%s: transaction %s aborted: %s", self.name, ended.tx, ended.reason)
-            transaction._ended(ended.reason, ended.limit)
+        if transaction is None:
+            return
+        if ended.outcome is Outcome.COMMITTED:  # a part: the transaction it joined committed
+            transaction._committed()
+            return
+        log.warning("%s: transaction %s aborted: %s", self.name, ended.tx, ended.reason)
+        transaction._ended(ended.reason, ended.limit)
 
     def _replay_done(self, done: ReplayDone) -> None:
         handle = self._subs.get(done.subscription)
@@ -1424,9 +1436,12 @@ class BlockingClient:
         wait: float = 10.0,
         trigger: str | None = None,
         on: Outcome | str = Outcome.COMMITTED,
+        join: str | None = None,
     ) -> BlockingTransaction:
         """A transaction of publications: ``with client.transaction() as tx:``."""
-        made = self._client.transaction(id, vital=vital, wait=wait, trigger=trigger, on=on)
+        made = self._client.transaction(
+            id, vital=vital, wait=wait, trigger=trigger, on=on, join=join
+        )
         return BlockingTransaction(self, made)
 
     def declare_schema(

@@ -17,11 +17,18 @@ aborted. Consumers may vote on it (``Client.vote``): mark it rollback-only, or, 
 producer named them ``vital``, say their reaction is ready or failed; its commit then waits for
 every vital consumer's ``ready`` (``wait`` seconds at most) and aborts if one fails, is gone,
 or is late. A consumer's own transaction may react to one it received (``trigger``): it then
-commits only if that one ended as it says (``padres.client.outcomes``).
+commits only if that one ended as it says (``padres.client.outcomes``). Or it may *join* it
+(``join``, a shared context): it is then a part of that transaction, whose publications are
+that transaction's and end with it::
 
-A transaction's life: NEW -> OPEN -> COMMITTED or ABORTED; its broker may abort it (its client
-was away too long, it stayed idle too long, it outgrew a limit), and then publishing or
-committing raises ``TransactionAborted`` saying why.
+    async with client.transaction(join=note.tx) as part:
+        await part.publish({"class": "Shipment", "order": note.publication.id})
+    # done: held by the broker, it ends as note.tx does (await part.outcome())
+
+A transaction's life: NEW -> OPEN -> COMMITTED or ABORTED, and a part's NEW -> OPEN -> PREPARED
+(done) -> COMMITTED or ABORTED; its broker may abort it (its client was away too long, it
+stayed idle too long, it outgrew a limit), and then publishing or committing raises
+``TransactionAborted`` saying why.
 A client made with ``reconnect=True`` goes on with its open transactions after a reconnect
 if the broker still holds them (``padres broker --tx-linger``); what it publishes while the
 connection is down raises ``ConnectionLost``. A commit whose answer was lost with the
@@ -30,6 +37,7 @@ connection may be sent again: the broker answers as it did the first time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from enum import Enum
@@ -58,6 +66,8 @@ log = logging.getLogger("padres.client.connection")
 class TransactionState(Enum):
     NEW = "new"
     OPEN = "open"
+    PREPARED = "prepared"
+    """A part that is done: its broker holds it until the transaction it joined ends."""
     COMMITTED = "committed"
     ABORTED = "aborted"
 
@@ -74,14 +84,17 @@ class Transaction:
         vital: tuple[str, ...] = (),
         wait: float = 10.0,
         trigger: tuple[str, Outcome] | None = None,
+        join: str = "",
     ) -> None:
         """``vital``: the consumers whose reactions its commit waits for, ``wait`` seconds at
         most; ``trigger``: the transaction it reacts to and the outcome that one must have for
-        this one to commit (``padres.client.outcomes``)."""
+        this one to commit (``padres.client.outcomes``); ``join``: the transaction it is a part
+        of."""
         self.id = ident
         self.vital = vital
         self.wait = wait
         self.trigger = trigger
+        self.join = join
         self.state = TransactionState.NEW
         self.count = 0
         """Publications made in it."""
@@ -93,6 +106,8 @@ class Transaction:
         self._committing = False
         self._abandoned = False
         """Whether its client aborted it (a block that did so has nothing left to commit)."""
+        self._over = asyncio.Event()
+        """Set once it is committed or aborted."""
 
     async def begin(self) -> Transaction:
         """Open it at the broker; ``TransactionLimit`` if this client has too many open."""
@@ -100,12 +115,14 @@ class Transaction:
             raise TransactionClosed(f"transaction {self.id!r} has begun already", self.id)
         self._client._transactions[self.id] = self
         try:
-            reply = await self._ask(TxBegin(self.id, self.vital, self.wait))
+            reply = await self._ask(TxBegin(self.id, self.vital, self.wait, self.join))
         except BaseException:
             self._client._transactions.pop(self.id, None)
             raise
         if isinstance(reply, TxEnded):
             self._client._transactions.pop(self.id, None)
+            if self.join and not reply.limit:  # the transaction to join refused it
+                raise TransactionClosed(reply.reason, self.id)
             why = f"transaction {self.id!r} refused: {reply.reason}"
             raise TransactionLimit(why, self.id, reply.reason)
         self.state = TransactionState.OPEN
@@ -125,9 +142,12 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit: returns once every publication is on the broker's disk (and on its way to
-        the subscribers), after its vital consumers (if any) reported ready;
-        ``TransactionAborted`` if the transaction was aborted instead (one of them failed, say)."""
-        if self.state is TransactionState.COMMITTED:
+        the subscribers), after its vital consumers (if any) reported ready and its parts (if
+        any) are done; ``TransactionAborted`` if the transaction was aborted instead (one of
+        them failed, say). A part is done instead: it returns once its broker holds it on disk
+        (the state is then PREPARED); it ends as the transaction it joined does
+        (``outcome``)."""
+        if self.state in (TransactionState.COMMITTED, TransactionState.PREPARED):
             return
         self._check_open("commit")
         if self.trigger is not None:
@@ -143,8 +163,18 @@ class Transaction:
         if isinstance(reply, TxEnded):
             self._ended(reply.reason, reply.limit)
             self._check_open("commit")
-        self.state = TransactionState.COMMITTED
-        self._client._transactions.pop(self.id, None)
+        if self.join and self.state is TransactionState.OPEN:
+            self.state = TransactionState.PREPARED  # until its transaction ends
+            return
+        self._committed()
+
+    async def outcome(self, timeout: float | None = None) -> Outcome:
+        """How it ended, once it has (a part: as the transaction it joined did); waits
+        ``timeout`` seconds at most (``TimeoutError``), or as long as it takes if None."""
+        await asyncio.wait_for(self._over.wait(), timeout)
+        if self.state is TransactionState.COMMITTED:
+            return Outcome.COMMITTED
+        return Outcome.ABORTED
 
     async def _depend(self, trigger: str, on: Outcome) -> None:
         """Wait for the outcome of ``trigger``; abort unless it is ``on``."""
@@ -168,6 +198,9 @@ class Transaction:
             return
         if self.state is TransactionState.COMMITTED:
             raise TransactionClosed(f"transaction {self.id!r} is committed already", self.id)
+        if self.state is TransactionState.PREPARED:
+            why = f"transaction {self.id!r} is done: it ends as {self.join} does"
+            raise TransactionClosed(why, self.id)
         if self.state is TransactionState.OPEN:
             await self._ask(TxAbort(self.id))
         self._abandoned = True
@@ -197,6 +230,9 @@ class Transaction:
             why = f"cannot {what} transaction {self.id!r}: it was aborted ({self.reason})"
             error = TransactionLimit if self.limited else TransactionAborted
             raise error(why, self.id, self.reason)
+        if self.state is TransactionState.PREPARED:
+            why = f"cannot {what} transaction {self.id!r}: it is done, and ends as {self.join} does"
+            raise TransactionClosed(why, self.id)
         if self.state is not TransactionState.OPEN:
             state = "not begun" if self.state is TransactionState.NEW else self.state.value
             raise TransactionClosed(
@@ -204,7 +240,8 @@ class Transaction:
             )
 
     async def _ask(self, message: TxBegin | TxCommit | TxAbort) -> Ok | TxEnded:
-        waits = self.wait if isinstance(message, TxCommit) and self.vital else None
+        # A commit may wait for vital consumers or parts, ``wait`` seconds at most.
+        waits = self.wait if isinstance(message, TxCommit) else None
         try:
             reply = await self._client._request(self.id, message, timeout=waits)
         except RequestFailed as exc:
@@ -215,18 +252,26 @@ class Transaction:
 
     def _lost(self) -> None:
         """The connection is lost for good: the broker aborts the transaction, unless it was
-        being committed (then it may have committed it)."""
-        if not self._committing:
+        being committed (then it may have committed it) or is a part that is done (its broker
+        holds it until its transaction ends)."""
+        if not self._committing and self.state is not TransactionState.PREPARED:
             self._ended("the connection to the broker was lost")
 
     def _ended(self, reason: str, limited: bool = False) -> None:
         """It is aborted (by its client, or by its broker for ``reason``; ``limited``: by a
         limit)."""
-        if self.state in (TransactionState.NEW, TransactionState.OPEN):
+        if self.state in (TransactionState.NEW, TransactionState.OPEN, TransactionState.PREPARED):
             self.state = TransactionState.ABORTED
             self.reason = reason
             self.limited = limited
         self._client._transactions.pop(self.id, None)
+        self._over.set()
+
+    def _committed(self) -> None:
+        """It is committed (a part: the transaction it joined committed)."""
+        self.state = TransactionState.COMMITTED
+        self._client._transactions.pop(self.id, None)
+        self._over.set()
 
 
 class BlockingTransaction:
@@ -258,6 +303,9 @@ class BlockingTransaction:
 
     def abort(self) -> None:
         self._client._call(self.transaction.abort())
+
+    def outcome(self, timeout: float | None = None) -> Outcome:
+        return self._client._call(self.transaction.outcome(timeout))
 
     def __enter__(self) -> BlockingTransaction:
         return self.begin()
