@@ -315,6 +315,35 @@ def test_a_done_part_holds_its_advertisement_and_cannot_be_aborted() -> None:
     assert _ended(stock) == [TxEnded("j1", Outcome.COMMITTED)] and "a" in stock.acks
 
 
+def test_a_part_at_the_producers_own_broker_commits_there_at_the_brokers_time() -> None:
+    """Producer and consumer at A: the join, the part's end and the outcome never leave it."""
+    sim = Simulation(3, clock=1_000_000.0)
+    for name in "AB":
+        sim.add_broker(name)
+    sim.link("A", "B")
+    shop, stock = sim.attach("shop", "A"), sim.attach("stock", "A")
+    sim.send(shop, parse_advertisement("[class,eq,'Order'],[n,isPresent,0]", id="a"))
+    sim.send(stock, parse_advertisement("[class,eq,'Shipment'],[n,isPresent,0]", id="a"))
+    sim.send(
+        stock, Subscribe(parse_subscription("[class,eq,'Order']", id="o"), Visibility.IMMEDIATE)
+    )
+    billing = sim.attach("billing", "B")
+    sim.send(billing, Durable(parse_subscription("[class,eq,'Shipment']", id="d")))
+    sim.run()
+    _order(sim, shop)
+    _join(sim, stock, 2)
+    assert sim.brokers["A"].transactions.statistics()["joined"] == 1
+    sim.send(shop, TxCommit("t1", 1))
+    sim.run()
+    assert shop.acks.count("t1") == 2 and _ended(stock) == [TxEnded("j1", Outcome.COMMITTED)]
+    assert sorted(_seen(billing)) == COMMITTED[1:]
+    a = sim.brokers["A"]
+    tree = a.trees.tree_of(a.sessions["stock"].advertisements["a"])
+    assert tree is not None
+    logged, _ = a.journal.since(tree.id, 0, 10, at=999_999.0)  # accepted at the broker's time
+    assert [(pub.id, tx) for _, pub, tx in logged] == [("s0", GID), ("s1", GID)]
+
+
 CRASHES = [
     ("C", "before it is done"),
     ("C", "once it is done"),

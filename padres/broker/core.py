@@ -240,6 +240,7 @@ class Broker:
             config.transactions,
             ways=Ways(self.id, self._peers),
             votes=self.votes,
+            clock=lambda: self._now,
         )
         self.transactions.restore()
         self.advertising = Advertising(
@@ -522,9 +523,9 @@ class Broker:
             case RouteTxVote():
                 return self.votes.route(message, hop)
             case RouteTxPart():
-                return self.transactions.part_message(message, hop, self._now)
+                return self.transactions.part_message(message)
             case RouteTxOutcome():
-                return self.transactions.outcome_message(message, hop, self._now)
+                return self.transactions.outcome_message(message)
             case RouteCongestion():
                 return self.congestion.arrive(message, hop, self._now)
             case RouteLoss():

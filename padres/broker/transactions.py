@@ -190,10 +190,13 @@ class Transactions:
         *,
         ways: Ways,
         votes: Votes,
+        clock: Callable[[], float],
     ) -> None:
         """``ways``: how the messages of parts travel; ``votes``: the consumers' votes passing
-        through this broker (where a part's publications came from, who owes a vote)."""
+        through this broker (where a part's publications came from, who owes a vote);
+        ``clock``: the broker's time, for what the messages of parts set off."""
         self.journal = journal
+        self._clock = clock
         self.limits = limits or TxLimits()
         self._deliver = deliver
         self._withdraw = withdraw
@@ -479,9 +482,9 @@ class Transactions:
 
     # -- parts, between brokers --------------------------------------------------------------
 
-    def part_message(self, message: RouteTxPart, hop: str, now: float) -> list[Out]:
-        """A part's message, from the neighbour on ``hop`` (``""``: from this broker), on its
-        way along its path to the transaction's broker."""
+    def part_message(self, message: RouteTxPart) -> list[Out]:
+        """A part's message (from a neighbour, or from this broker) on its way along its path
+        to the transaction's broker."""
         way = self._ways.along(message.path, forward=True)
         if way is None:
             return []  # the way is lost: the part asks again, or the commit times out
@@ -489,7 +492,7 @@ class Transactions:
             return [(way, message)]
         tx = self._transaction(message.tx)
         if tx is not None:
-            return self._reported(tx, message, now)
+            return self._reported(tx, message)
         if message.state in (PartState.JOIN, PartState.ABORTED):
             return self._pass_on(message)  # not yet taken: its path may go on from here
         # A prepared part's (it asks, or says it is prepared) about a transaction that ended.
@@ -501,9 +504,9 @@ class Transactions:
         why = "its broker does not know it (it was lost with a restart, before it committed)"
         return self._answer(message, Outcome.ABORTED, why)
 
-    def outcome_message(self, message: RouteTxOutcome, hop: str, now: float) -> list[Out]:
-        """The transaction's broker's word to a part, from the neighbour on ``hop`` (``""``:
-        from this broker), on its way back along its path."""
+    def outcome_message(self, message: RouteTxOutcome) -> list[Out]:
+        """The transaction's broker's word to a part (from a neighbour, or from this broker) on
+        its way back along its path."""
         way = self._ways.along(message.path, forward=False)
         if way is None:
             return []
@@ -527,7 +530,7 @@ class Transactions:
         if message.outcome is Outcome.COMMITTING:
             return self._committing(part)
         if message.outcome is Outcome.COMMITTED:
-            return self._commit_part(part, now) if link.prepared else []
+            return self._commit_part(part, self._clock()) if link.prepared else []
         if message.outcome is Outcome.ABORTED:
             why = f"the transaction it joined, {message.tx}, was aborted: {message.reason}"
             return self._abort(part, why[:MAX_REASON], tell=True, report=False)
@@ -658,7 +661,7 @@ class Transactions:
 
     # -- internals: the transaction's side of its parts --------------------------------------
 
-    def _reported(self, tx: _Open, message: RouteTxPart, now: float) -> list[Out]:
+    def _reported(self, tx: _Open, message: RouteTxPart) -> list[Out]:
         """A part's message has reached ``tx``'s broker."""
         joined = tx.parts.get(message.part)
         if message.state is PartState.JOIN:
@@ -684,13 +687,13 @@ class Transactions:
         name = tx.named(joined.voter)
         if name is not None:
             tx.ready.add(name)  # a vital consumer's part that is done is its "ready"
-        return self._commit_if_ready(tx, now)
+        return self._commit_if_ready(tx, self._clock())
 
     def _decide(self, tx: _Open, part: str, outcome: Outcome, why: str = "") -> list[Out]:
         """Tell ``tx``'s part ``part`` that ``tx``'s commit started, or how ``tx`` ended."""
         joined = tx.parts[part]
         word = RouteTxOutcome(tx.gid, part, outcome, joined.path, reason=why[:MAX_REASON])
-        return self.outcome_message(word, "", 0.0)
+        return self.outcome_message(word)
 
     def _answer(
         self, message: RouteTxPart, outcome: Outcome, why: str = "", *, refused: bool = False
@@ -699,7 +702,7 @@ class Transactions:
         answer = RouteTxOutcome(
             message.tx, message.part, outcome, message.path, refused, why[:MAX_REASON]
         )
-        return self.outcome_message(answer, "", 0.0)
+        return self.outcome_message(answer)
 
     def _pass_on(self, message: RouteTxPart) -> list[Out]:
         """A join (or the abort of a part not yet taken) has reached the end of its path, the
@@ -719,7 +722,7 @@ class Transactions:
         if ended is None and onward is not None:
             path = extended(message.path, onward)
             if len(path) <= MAX_PATH:
-                return self.part_message(replace(message, path=path), "", 0.0)
+                return self.part_message(replace(message, path=path))
         if message.state is not PartState.JOIN:
             return []
         if ended is not None:
@@ -748,7 +751,7 @@ class Transactions:
         word = RouteTxPart(
             link.joins, part.gid, part.owner, state, link.path, reason=why[:MAX_REASON]
         )
-        return self.part_message(word, "", 0.0)
+        return self.part_message(word)
 
     def _prepare(self, part: _Open, now: float) -> list[Out]:
         """The client is done with ``part``: it goes to the journal (on disk before anything
