@@ -67,7 +67,7 @@ from padres.model.messages import (
     VarType,
 )
 from padres.model.printer import format_batch_line, format_message
-from padres.model.protocol import Lost, Outcome, TxNotify, Visibility, Vote
+from padres.model.protocol import Lost, Outcome, Scope, TxNotify, Visibility, Vote
 from padres.security.accounts import Account, Accounts, Credentials, Grants, HistoryGrant
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Op, Value
@@ -119,6 +119,7 @@ __all__ = [
     "SchemaConflict",
     "SchemaLimit",
     "SchemaViolation",
+    "Scope",
     "Sequence",
     "SlowConsumer",
     "StorageError",

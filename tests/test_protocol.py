@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from padres.errors import ConnectError, DecodeError
+from padres.errors import ConnectError, DecodeError, InvalidMessage
 from padres.language.parser import (
     parse_advertisement,
     parse_composite,
@@ -19,6 +19,7 @@ from padres.model.classes import Schema, parse_attributes
 from padres.model.messages import Unadvertise, Unsubscribe
 from padres.model.protocol import (
     MAX_FRAME_BYTES,
+    MAX_PRIORITY,
     Ack,
     CompositeNotify,
     DeclareSchema,
@@ -66,6 +67,7 @@ from padres.model.protocol import (
     RouteTxVote,
     RouteUnadvertise,
     RouteUnsubscribe,
+    Scope,
     Subscribe,
     TxAbort,
     TxBegin,
@@ -136,6 +138,8 @@ MESSAGES: list[Envelope] = [
     ReplayDone("s3", 2, ("DB1",), ("DB2: link lost",), live=True),
     RoutePublish(_PUB, "t1", position=8),
     Subscribe(parse_subscription("[class,eq,'Order']", id="s5"), Visibility.IMMEDIATE),
+    Subscribe(parse_subscription("[class,eq,'Order']", id="s6"), priority=-7, scope=Scope.LOCAL),
+    Durable(parse_subscription("[class,eq,'Order']", id="e"), priority=3, scope=Scope.LOCAL),
     Durable(parse_subscription("[class,eq,'Order']", id="d"), visibility=Visibility.ON_ABORT),
     Durable(
         parse_subscription("[class,eq,'Order']", id="m"),
@@ -207,6 +211,27 @@ def test_a_bad_message_is_rejected_in_place_naming_field_and_id() -> None:
 def test_a_bad_frame_is_refused_as_a_whole(data: bytes, reason: str) -> None:
     with pytest.raises(DecodeError, match=reason):
         decode_frame(data)
+
+
+def test_a_subscriptions_priority_and_scope_are_checked_where_they_enter() -> None:
+    sub = {"v": 1, "type": "subscription", "id": "s", "filter": [["class", "eq", "T"]]}
+    frame = [
+        {"v": 1, "type": "subscribe", "subscription": sub, "priority": "high"},
+        {"v": 1, "type": "subscribe", "subscription": sub, "priority": True},
+        {"v": 1, "type": "durable", "subscription": sub, "priority": MAX_PRIORITY + 1},
+        {"v": 1, "type": "subscribe", "subscription": sub, "scope": "nearby"},
+        {"v": 1, "type": "durable", "subscription": sub, "priority": -MAX_PRIORITY},
+    ]
+    word, flag, big, scope, lowest = decode_frame(orjson.dumps(frame))
+    assert isinstance(word, Rejected) and "$.priority" in str(word.error)
+    assert isinstance(flag, Rejected) and "$.priority" in str(flag.error)
+    assert isinstance(big, Rejected) and "out of range" in str(big.error)
+    assert isinstance(scope, Rejected) and "$.scope" in str(scope.error)
+    assert isinstance(lowest, Durable) and lowest.priority == -MAX_PRIORITY
+    with pytest.raises(InvalidMessage, match="whole number"):
+        Subscribe(lowest.subscription, priority=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage, match="scope 'nearby' is not one of global, local"):
+        Scope("nearby")
 
 
 def test_version_and_unknown_fields_are_checked() -> None:

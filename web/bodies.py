@@ -3,9 +3,11 @@ JSON, see ``publishing``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from padres.model.protocol import MAX_PRIORITY
 
 __all__ = ["AdvertisementBody", "StoreBody", "SubscriptionBody", "TraceBody"]
 
@@ -39,6 +41,18 @@ class SubscriptionBody(_Strict):
     )
     name: str | None = Field(
         None, description="the subscription's id (a durable subscription's name); made up if absent"
+    )
+    priority: StrictInt = Field(
+        0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="where its deliveries come among its client's subscriptions matching the "
+        "same publication, higher first (each REST subscription is a client of its own)",
+    )
+    scope: Literal["global", "local"] = Field(
+        "global",
+        description="global: publications from anywhere in the overlay; local: only those "
+        "published by clients of this broker",
     )
 
 

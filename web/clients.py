@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from padres.broker.durable import WINDOW, WINDOW_BYTES
@@ -56,6 +56,7 @@ from padres.model.protocol import (
     Notify,
     Ok,
     ReplayDone,
+    Scope,
 )
 from padres.model.requests import reference
 from padres.runtime.node import BrokerNode
@@ -111,6 +112,8 @@ class RestSubscription:
     kind: Literal["subscription", "composite"]
     message: Subscription | CompositeSubscription
     durable: bool
+    priority: int = 0
+    scope: Scope = Scope.GLOBAL
     client: Client | None = None
     """Its client, while it has one (a plain subscription's always, a durable one's while a
     stream reads it)."""
@@ -154,8 +157,16 @@ class Clients:
             session = record.owner.removesuffix(suffix)
             if session == f"web-{record.name}" or session.endswith(f".web-{record.name}"):
                 owner = session.removesuffix(f"web-{record.name}").removesuffix(".")
-                sub = RestSubscription(record.name, "subscription", record.subscription, True)
-                self.subscriptions[record.name] = replace(sub, owner=owner)
+                sub = RestSubscription(
+                    record.name,
+                    "subscription",
+                    record.subscription,
+                    True,
+                    record.priority,
+                    record.scope,
+                    owner=owner,
+                )
+                self.subscriptions[record.name] = sub
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}{self._run}.{next(self._ids)}"
@@ -321,7 +332,8 @@ class Clients:
         sub.owner = caller.name
         if sub.durable:
             async with self._durable_client(sub, caller) as client:
-                incomplete = (await ask(client, Durable(_atomic(sub)))).incomplete
+                made = Durable(_atomic(sub), priority=sub.priority, scope=sub.scope)
+                incomplete = (await ask(client, made)).incomplete
         else:
             self._room(caller)
             client = await connect(self.node, sub.session_name, caller, LIVE_QUEUE)
@@ -455,7 +467,13 @@ async def _made(client: Client, sub: RestSubscription) -> SubscriptionHandle:
     """Make a plain REST subscription with ``client``; its failures as problems."""
     try:
         if isinstance(sub.message, Subscription):
-            return await client.subscribe(sub.message.filter, id=sub.id, when_full="wait")
+            return await client.subscribe(
+                sub.message.filter,
+                id=sub.id,
+                when_full="wait",
+                priority=sub.priority,
+                scope=sub.scope,
+            )
         return await client.subscribe_composite(sub.message, when_full="wait")
     except (RequestFailed, ConnectionLost, TimeoutError) as exc:
         raise _problem(client, sub.id, exc) from None
@@ -472,6 +490,8 @@ async def _resumed(client: Client, sub: RestSubscription, acked: int) -> Subscri
             auto_ack=False,
             max_pending=WINDOW,
             max_pending_bytes=WINDOW_BYTES,
+            priority=sub.priority,
+            scope=sub.scope,
         )
     except (RequestFailed, ConnectionLost, TimeoutError) as exc:
         raise _problem(client, sub.id, exc) from None

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from padres.errors import InvalidMessage
 from padres.model.messages import Subscription, check_id
 from padres.model.printer import format_filter, format_message
-from padres.model.protocol import Envelope, Error, Notify, envelope_to_dict
+from padres.model.protocol import Envelope, Error, Notify, Scope, envelope_to_dict
 from web.auth import Authenticator, Caller
 from web.bodies import SubscriptionBody
 from web.clients import Clients, RestSubscription, SubscriptionEnded
@@ -72,6 +72,8 @@ def describe(sub: RestSubscription) -> dict[str, Any]:
         "kind": sub.kind,
         "text": text,
         "durable": sub.durable,
+        "priority": sub.priority,
+        "scope": sub.scope.value,
         "reading": sub.reading,
         "delivered": sub.delivered,
         "events": f"{base}/events",
@@ -82,14 +84,19 @@ def describe(sub: RestSubscription) -> dict[str, Any]:
 def _made(body: SubscriptionBody, sid: str) -> RestSubscription:
     if (body.filter is None) == (body.expression is None):
         raise Problem(400, "invalid subscription", "give exactly one of 'filter' and 'expression'")
+    scope = Scope(body.scope)
     if body.filter is None:
         if body.durable:
             raise Problem(400, "not durable", "a composite subscription cannot be durable")
+        if body.priority or scope is not Scope.GLOBAL:
+            why = "'priority' and 'scope' are options of atomic subscriptions ('filter')"
+            raise Problem(400, "invalid subscription", why)
         expression = body.expression or ""
         return RestSubscription(sid, "composite", composite_from(expression, sid), False)
     flt = filter_from(body.filter)
     try:
-        return RestSubscription(sid, "subscription", Subscription(sid, flt), body.durable)
+        sub = Subscription(sid, flt)
+        return RestSubscription(sid, "subscription", sub, body.durable, body.priority, scope)
     except InvalidMessage as exc:  # pragma: no cover - the filter is valid by now
         raise bad_input([located(exc, "filter")], "subscription") from None
 

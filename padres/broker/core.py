@@ -472,8 +472,14 @@ class Broker:
             case Subscription():
                 return self.subscribing.subscribe(message, session, now)
             case Subscribe():
-                sub = message.subscription
-                return self.subscribing.subscribe(sub, session, now, message.visibility)
+                return self.subscribing.subscribe(
+                    message.subscription,
+                    session,
+                    now,
+                    message.visibility,
+                    message.priority,
+                    message.scope,
+                )
             case TxBegin():
                 return self.transactions.begin(session, message, now)
             case TxPublish():
@@ -670,6 +676,8 @@ class Broker:
                 f"{r.id} {format_filter(r.sub.filter)} "
                 f"from={','.join(sorted(r.arrivals)) or r.owner or f'({r.sink})'} "
                 f"to={','.join(sorted({hop for hop, _ in r.sent})) or '-'}"
+                + (f" priority={r.priority}" if r.priority else "")
+                + (" scope=local" if r.local else "")
                 for r in self.routes
             ]
         return QueryResult(what, tuple(sorted(rows)))

@@ -61,7 +61,16 @@ from padres.broker.visibility import delivery, visible
 from padres.matching.matcher import matches
 from padres.model.messages import Origin, Publication, Subscription
 from padres.model.producers import ranges_of, take
-from padres.model.protocol import Ack, Error, Outcome, Recover, Recovered, Roam, Visibility
+from padres.model.protocol import (
+    Ack,
+    Error,
+    Outcome,
+    Recover,
+    Recovered,
+    Roam,
+    Scope,
+    Visibility,
+)
 
 __all__ = [
     "READ",
@@ -284,12 +293,21 @@ class Durables:
     def restore(self) -> None:
         """Take up the durable subscriptions of the journal (at start: with no neighbour yet,
         routing them sends nothing; they follow trees as the links bring them)."""
-        for record in self.journal.durables():
-            durable = self._take(record)
+        for record in sorted(self.journal.durables(), key=lambda r: r.created):
+            durable = self._take(record)  # in the order they were made: ties of priority
             durable.grew(*self.journal.backlog(record))
             durable.restart()
-            route = Subscription(durable.gid, record.subscription.filter)
-            self.routes.add_own(route, Sink.DURABLE)
+            self._route(durable)
+
+    def _route(self, durable: _Durable) -> list[Out]:
+        """Route durable subscription ``durable`` here, by its filter and options."""
+        record = durable.record
+        return self.routes.add_own(
+            Subscription(durable.gid, record.subscription.filter),
+            Sink.DURABLE,
+            priority=record.priority,
+            local=record.scope is Scope.LOCAL,
+        )
 
     def _take(self, record: DurableRecord) -> _Durable:
         owner = self._owners.setdefault(record.owner, _Memory())
@@ -362,12 +380,15 @@ class Durables:
         now: float,
         visibility: Visibility = Visibility.ON_COMMIT,
         roam: Roam | None = None,
+        priority: int = 0,
+        scope: Scope = Scope.GLOBAL,
     ) -> tuple[list[Out], str]:
         """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``
-        (seeing transactional publications by ``visibility``), or brings it from another
-        broker (``roam``: it is made anew, as old as it says and with what its client has
-        taken); returns what to send, and the id of its route (to wait for it to settle), or
-        raises ``ValueError`` saying why not."""
+        (seeing transactional publications by ``visibility``, of ``priority`` and ``scope``),
+        or brings it from another broker (``roam``: it is made anew, as old as it says and
+        with what its client has taken); returns what to send, and the id of its route (to
+        wait for it to settle), or raises ``ValueError`` saying why not. One resumed with
+        another priority takes it."""
         durable = self._durables.get((owner, sub.id))
         out: list[Out] = []
         if roam is not None and durable is not None:  # from an earlier stay here: stale
@@ -383,10 +404,10 @@ class Durables:
                 record = DurableRecord(
                     owner, sub, created=now - roam.age, visibility=visibility, producers=taken
                 )
+            record.priority, record.scope = priority, scope
             durable = self._take(record)
             self.journal.save(durable.record)
-            route = Subscription(durable.gid, sub.filter)
-            out += self.routes.add_own(route, Sink.DURABLE)
+            out += self._route(durable)
         elif durable.record.subscription.filter != sub.filter:
             raise ValueError(f"durable subscription {sub.id!r} exists with another filter")
         elif durable.record.visibility is not visibility:
@@ -394,6 +415,15 @@ class Durables:
                 f"durable subscription {sub.id!r} exists with visibility "
                 f"{durable.record.visibility.value}, not {visibility.value}"
             )
+        elif durable.record.scope is not scope:
+            raise ValueError(
+                f"durable subscription {sub.id!r} exists with scope "
+                f"{durable.record.scope.value}, not {scope.value}"
+            )
+        elif durable.record.priority != priority:
+            durable.record.priority = priority
+            self.routes.prioritize(durable.gid, priority)
+            self.journal.save(durable.record)
         record = durable.record
         durable.hop, durable.away = hop, None
         if acked > record.acked:

@@ -52,7 +52,7 @@ from padres.model.classes import Schema
 from padres.model.codec import to_dict
 from padres.model.messages import Publication, Subscription
 from padres.model.producers import Ranges
-from padres.model.protocol import ExceptionEntry, Outcome, Visibility
+from padres.model.protocol import ExceptionEntry, Outcome, Scope, Visibility
 
 __all__ = [
     "RETENTION",
@@ -102,6 +102,11 @@ class DurableRecord:
     """Which transactional publications it sees."""
     producers: Ranges = field(default_factory=dict)
     """The guaranteed publications it has taken, by producer (``padres.model.producers``)."""
+    priority: int = 0
+    """Where its deliveries come among its client's other durable subscriptions matching the
+    same publication (higher first)."""
+    scope: Scope = Scope.GLOBAL
+    """Which publications it sees by where they were published."""
 
     @property
     def name(self) -> str:

@@ -18,6 +18,13 @@ publication is missed in between. ``ACTIVE`` covering also withdraws, from the s
 subscriptions a newly sent one covers. The search for a covering subscription looks at
 identical filters first and then at up to ``COVER_SCAN`` others of the same class: a missed
 covering only makes a table larger, never changes a delivery.
+
+A subscription made here may be *local* (``Scope.LOCAL``): it follows only the trees rooted at
+this broker (the advertisements of its own clients), so it is never forwarded, and it matches
+only the publications of this broker's clients, not those arriving from neighbours. Each
+subscription made here has a *priority*: a publication matching several subscriptions of one
+client (or several durable subscriptions) reaches them in priority order, higher first, ties
+in the order they were made (``Matches``).
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import combinations, islice
+from operator import attrgetter
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 from padres.broker.trees import Trees
 from padres.matching.relations import covers, overlaps
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.messages import Filter, Predicate, Publication, Subscription
-from padres.model.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
+from padres.model.protocol import MAX_PRIORITY, Envelope, RouteSubscribe, RouteUnsubscribe
 from rete import Activation, Network
 from rete.operators import Op
 
@@ -75,9 +83,9 @@ class Matches(NamedTuple):
     """Where a publication goes (``Routes.match``)."""
 
     clients: dict[str, list[str]]
-    """Per client hop, the ids it knows its matching subscriptions by."""
+    """Per client hop, the ids it knows its matching subscriptions by, in priority order."""
     durables: list[str]
-    """The route ids of the durable subscriptions it matches."""
+    """The route ids of the durable subscriptions it matches, in priority order."""
     watches: list[str]
     """The route ids of the watched subscriptions (or parts) it matches."""
     hops: set[str]
@@ -97,7 +105,17 @@ class Route:
     """For a client's subscription: the id the client knows it by; None for a part of a
     composite subscription (its matches go to the composite)."""
     trees: set[str] = field(default_factory=set)
-    """For a local subscription: the trees with an advertisement it overlaps."""
+    """For a subscription made here: the trees with an advertisement it overlaps (only those
+    rooted here, for a ``local`` one)."""
+    priority: int = 0
+    """For a subscription made here: where its deliveries come among the others of its client
+    matching the same publication (higher first)."""
+    local: bool = False
+    """For a subscription made here: whether it sees only the publications of this broker's
+    clients (``Scope.LOCAL``)."""
+    order: int = 0
+    """For a subscription made here: where its delivery comes among several for one
+    publication, smallest first (``_order``)."""
     arrivals: dict[str, set[str]] = field(default_factory=dict)
     sent: set[Slot] = field(default_factory=set)
     hidden_by: dict[Slot, str] = field(default_factory=dict)
@@ -119,6 +137,13 @@ class Routes:
         """The hops that are neighbour brokers (subscriptions are never sent to clients)."""
         self._routes: dict[str, Route] = {}
         self._local: dict[str, dict[str, Route]] = {}
+        self._scoped: set[str] = set()
+        """The ids of the ``local`` routes (publications from neighbours skip them)."""
+        self._made = 0
+        """Subscriptions made here so far (the rank of each in ``Route.order``)."""
+        self._orders: dict[str, dict[str, int]] = {}
+        """Per client hop, the ``Route.order`` of its subscriptions by the ids it knows them
+        by: a client's ids in one notify are sorted by it."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -138,22 +163,57 @@ class Routes:
 
     # -- changes -----------------------------------------------------------------------------
 
-    def add_local(self, sub: Subscription, owner: str, notify_as: str | None) -> list[Out]:
-        """A subscription client hop ``owner`` made here (see ``Route.notify_as``)."""
-        return self._add_local(Route(sub, Sink.CLIENT, owner, notify_as))
+    def add_local(
+        self,
+        sub: Subscription,
+        owner: str,
+        notify_as: str | None,
+        *,
+        priority: int = 0,
+        local: bool = False,
+    ) -> list[Out]:
+        """A subscription client hop ``owner`` made here (see ``Route.notify_as``), of
+        ``priority``, ``local`` or not."""
+        return self._add_local(Route(sub, Sink.CLIENT, owner, notify_as), priority, local)
 
-    def add_own(self, sub: Subscription, sink: Literal[Sink.DURABLE, Sink.HISTORY]) -> list[Out]:
+    def add_own(
+        self,
+        sub: Subscription,
+        sink: Literal[Sink.DURABLE, Sink.HISTORY],
+        *,
+        priority: int = 0,
+        local: bool = False,
+    ) -> list[Out]:
         """A subscription made here for ``sink``, not for a client: the queue of a durable
         subscription, or the watch of a historic or hybrid subscription."""
-        return self._add_local(Route(sub, sink))
+        return self._add_local(Route(sub, sink), priority, local)
 
-    def _add_local(self, route: Route) -> list[Out]:
+    def _add_local(self, route: Route, priority: int, local: bool) -> list[Out]:
         sub = route.sub
+        self._made += 1
+        route.priority, route.local, route.order = priority, local, _order(priority, self._made)
+        if route.owner is not None and route.notify_as is not None:
+            self._orders.setdefault(route.owner, {})[route.notify_as] = route.order
         self._insert(route)
         self._local.setdefault(sub.filter.class_name, {})[sub.id] = route
-        route.trees = self.trees.overlapping(sub.filter)
+        if local:
+            self._scoped.add(sub.id)
+        route.trees = {t for t in self.trees.overlapping(sub.filter) if self._follows(route, t)}
         self._watch(route, route.trees)
         return self._refresh(route)
+
+    def prioritize(self, subscription_id: str, priority: int) -> None:
+        """Give a subscription made here another priority (a durable one resumed with it)."""
+        route = self._routes[subscription_id]
+        route.priority, route.order = priority, _order(priority, route.order & _RANKS)
+
+    def _follows(self, route: Route, tree_id: str) -> bool:
+        """Whether ``route`` may follow tree ``tree_id``: any, unless it is ``local``, which
+        follows only the trees rooted here."""
+        if not route.local:
+            return True
+        tree = self.trees.get(tree_id)
+        return tree is not None and len(tree.path) == 1
 
     def arrive(self, sub: Subscription, hop: str, trees: Iterable[str]) -> list[Out]:
         """``hop`` sent ``sub`` for ``trees``; trees unknown here or not led by us are ignored."""
@@ -186,15 +246,25 @@ class Routes:
             del local[route.id]
             if not local:
                 del self._local[route.sub.filter.class_name]
+            if route.owner is not None and route.notify_as is not None:
+                orders = self._orders[route.owner]
+                del orders[route.notify_as]
+                if not orders:
+                    del self._orders[route.owner]
             route.sink = route.owner = route.notify_as = None
             route.trees.clear()
+            self._scoped.discard(route.id)
         return [out for route in routes for out in self._refresh(route)]
 
     def tree_grew(self, tree_id: str, flt: Filter) -> list[Out]:
         """An advertisement with filter ``flt`` joined a tree: local subscriptions follow it."""
         out: list[Out] = []
         for route in list(self._local.get(flt.class_name, {}).values()):
-            if tree_id not in route.trees and overlaps(route.sub.filter, flt):
+            if (
+                tree_id not in route.trees
+                and self._follows(route, tree_id)
+                and overlaps(route.sub.filter, flt)
+            ):
                 route.trees.add(tree_id)
                 self._watch(route, (tree_id,))
                 out += self._refresh(route)
@@ -247,16 +317,22 @@ class Routes:
     ) -> Matches:
         """Where ``pub`` goes: the subscriptions made here it matches, by sink, the neighbours
         to forward it to (down ``tree``, never back to ``source``), and the composite
-        activations (with ``composites`` false, composite subscriptions do not see it at all)."""
+        activations (with ``composites`` false, composite subscriptions do not see it at all).
+        Local subscriptions match it only if it comes from a client of this broker (``source``
+        is no neighbour)."""
         result = self.network.match(pub) if composites else self.network.peek(pub)
         clients: dict[str, list[str]] = {}
-        durables: list[str] = []
+        crowded: list[str] = []
+        durables: list[Route] = []
         watches: list[str] = []
         hops: set[str] = set()
         routes = self._routes
         client, durable, history = Sink.CLIENT, Sink.DURABLE, Sink.HISTORY  # as locals: faster
+        skipped = self._scoped if self._scoped and source in self.brokers else None
         for sid in result.conditions:
             route = routes[sid]
+            if skipped is not None and sid in skipped:
+                continue  # a local subscription: the publication comes from a neighbour
             sink = route.sink
             if sink is client:
                 owner, notify_as = route.owner, route.notify_as
@@ -265,9 +341,11 @@ class Routes:
                     if ids is None:
                         clients[owner] = [notify_as]
                     else:
+                        if len(ids) == 1:
+                            crowded.append(owner)
                         ids.append(notify_as)
             elif sink is durable:
-                durables.append(sid)
+                durables.append(route)
             elif sink is history:
                 watches.append(sid)
             if tree is not None and route.arrivals:  # a route from a neighbour
@@ -275,7 +353,11 @@ class Routes:
                     if tree in trees:
                         hops.add(hop)
         hops.discard(source)
-        return Matches(clients, durables, watches, hops, result.activations)
+        for owner in crowded:  # in priority order, ties in the order they were made
+            clients[owner].sort(key=self._orders[owner].__getitem__)
+        if len(durables) > 1:
+            durables.sort(key=_ORDER)
+        return Matches(clients, [r.id for r in durables], watches, hops, result.activations)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -431,6 +513,17 @@ class Routes:
             if covers(mine, flt)
             for sid in sids
         ]
+
+
+_RANKS: Final = (1 << 64) - 1
+"""The bits of ``Route.order`` that hold the order a route was made in."""
+_ORDER: Final = attrgetter("order")
+
+
+def _order(priority: int, rank: int) -> int:
+    """The ``Route.order`` of a route of ``priority``, the ``rank``-th made: higher priority
+    first, then the one made first (one integer: sorting by it is one comparison)."""
+    return (MAX_PRIORITY - priority) << 64 | rank
 
 
 EqKey: TypeAlias = frozenset[Predicate]

@@ -42,7 +42,7 @@ from padres.errors import JournalError
 from padres.model.classes import Schema
 from padres.model.codec import decode, encode, from_dict, to_dict
 from padres.model.messages import Publication, Subscription
-from padres.model.protocol import ExceptionEntry, Outcome, Visibility
+from padres.model.protocol import ExceptionEntry, Outcome, Scope, Visibility
 
 __all__ = ["INSERT_RUN", "Database", "Run", "SqlJournal"]
 
@@ -364,9 +364,10 @@ class SqlJournal(Journal):
         self._write_unsaved()
         rows = self._db.execute(
             "SELECT owner, subscription, cursors, next, acked, discarded, created, visibility, "
-            "producers FROM durables"
+            "producers, priority, scope FROM durables"
         ).fetchall()
-        for owner, sub, cursors, nxt, acked, discarded, created, visibility, producers in rows:
+        for row in rows:
+            owner, sub, cursors, nxt, acked, discarded, created, visibility, producers = row[:9]
             subscription = decode(sub)
             if not isinstance(subscription, Subscription):
                 raise JournalError("the journal holds a durable subscription it cannot read")
@@ -380,6 +381,8 @@ class SqlJournal(Journal):
                 created,
                 Visibility(visibility),
                 orjson.loads(producers),
+                int(row[9]),
+                Scope(row[10]),
             )
 
     def save(self, record: DurableRecord) -> None:
@@ -400,17 +403,21 @@ class SqlJournal(Journal):
                 record.created,
                 record.visibility.value,
                 orjson.dumps(record.producers),
+                record.priority,
+                record.scope.value,
             )
             for record in self._unsaved.values()
         ]
         self._unsaved.clear()
         self._db.executemany(
             "INSERT INTO durables (owner, name, subscription, cursors, next, acked, discarded, "
-            "created, visibility, producers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "created, visibility, producers, priority, scope) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (owner, name) DO UPDATE SET subscription = excluded.subscription, "
             "cursors = excluded.cursors, next = excluded.next, acked = excluded.acked, "
             "discarded = excluded.discarded, created = excluded.created, "
-            "visibility = excluded.visibility, producers = excluded.producers",
+            "visibility = excluded.visibility, producers = excluded.producers, "
+            "priority = excluded.priority, scope = excluded.scope",
             rows,
         )
 

@@ -59,6 +59,8 @@ _COLUMNS: Final = (
     ("log", "tx", "TEXT NOT NULL DEFAULT ''"),
     ("durables", "visibility", "TEXT NOT NULL DEFAULT 'on_commit'"),
     ("durables", "producers", "BLOB NOT NULL DEFAULT '{}'"),
+    ("durables", "priority", "INTEGER NOT NULL DEFAULT 0"),
+    ("durables", "scope", "TEXT NOT NULL DEFAULT 'global'"),
 )
 """Columns added since the first schema: a journal written before gets them when opened."""
 

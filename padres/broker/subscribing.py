@@ -26,7 +26,7 @@ from padres.broker.session import Session
 from padres.broker.trees import Trees
 from padres.matching.rete_matcher import to_condition
 from padres.model.messages import CompositeSubscription, Filter, Subscription, Unsubscribe
-from padres.model.protocol import Durable, Error, Ok, RouteSubscribe, Visibility
+from padres.model.protocol import Durable, Error, Ok, RouteSubscribe, Scope, Visibility
 from padres.security.accounts import Account
 from rete import CompositeLimits, Network
 
@@ -88,23 +88,29 @@ class Subscribing:
         session: Session,
         now: float,
         visibility: Visibility = Visibility.ON_COMMIT,
+        priority: int = 0,
+        scope: Scope = Scope.GLOBAL,
     ) -> list[Out]:
         taken = _taken(sub.id, session)
         if taken:
             return taken
-        if visibility is not Visibility.ON_COMMIT and sub.filter.window is not None:
-            why = (
-                f"subscription {sub.id!r} has a time window: it sees committed publications "
-                f"only, it cannot have visibility {visibility.value}"
-            )
-            return [(session.hop, Error(why, sub.id))]
+        if sub.filter.window is not None:
+            why = _windowed(sub.id, visibility, priority, scope)
+            if why is not None:
+                return [(session.hop, Error(why, sub.id))]
         if visibility is not Visibility.ON_COMMIT:
             session.visibility[sub.id] = visibility
         gid = session.subscriptions[sub.id] = self._new_id()
         if sub.filter.window is not None:
             watch = Watch(session.hop, sub.id)
             return self._watch(watch, gid, [(gid, sub.filter)], session.account, now)
-        out = self.routes.add_local(Subscription(gid, sub.filter), session.hop, sub.id)
+        out = self.routes.add_local(
+            Subscription(gid, sub.filter),
+            session.hop,
+            sub.id,
+            priority=priority,
+            local=scope is Scope.LOCAL,
+        )
         out += self.dead_letters.resume(session.name, sub.id)
         return self._acknowledged(out, [gid], session.hop, sub.id)
 
@@ -125,6 +131,8 @@ class Subscribing:
                 now,
                 message.visibility,
                 message.roam,
+                message.priority,
+                message.scope,
             )
         except ValueError as exc:
             return [(session.hop, Error(str(exc), sid))]
@@ -250,6 +258,22 @@ class Subscribing:
             if token is not None:
                 tokens.add(token)
         return tokens
+
+
+def _windowed(sid: str, visibility: Visibility, priority: int, scope: Scope) -> str | None:
+    """Why a subscription with a time window cannot have these options, if it cannot: its
+    past comes from the databases, wherever they are, as a replay of its own."""
+    what = f"subscription {sid!r} has a time window"
+    if visibility is not Visibility.ON_COMMIT:
+        return (
+            f"{what}: it sees committed publications only, it cannot have visibility "
+            f"{visibility.value}"
+        )
+    if scope is not Scope.GLOBAL:
+        return f"{what}: its past comes from databases anywhere, it cannot have scope local"
+    if priority:
+        return f"{what}: its deliveries come from a replay of their own, it cannot have a priority"
+    return None
 
 
 def _taken(sid: str, session: Session) -> list[Out]:

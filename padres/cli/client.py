@@ -40,7 +40,15 @@ from padres.model.messages import (
     Unsubscribe,
 )
 from padres.model.printer import format_filter, format_message
-from padres.model.protocol import CompositeNotify, Error, TxNotify, Visibility, envelope_to_dict
+from padres.model.protocol import (
+    CompositeNotify,
+    Error,
+    Scope,
+    TxNotify,
+    Visibility,
+    check_priority,
+    envelope_to_dict,
+)
 from padres.runtime.backoff import Backoff
 from rete.operators import Op
 
@@ -127,6 +135,21 @@ def register(commands: Any) -> None:
         help="which publications of transactions to print: on_commit (committed ones, the "
         "default), immediate (each at once, then its outcome), deferred (each when its commit "
         "starts, then its outcome), on_abort (aborted ones)",
+    )
+    s.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="where this subscription's deliveries come among the client's other subscriptions "
+        "matching the same publication: higher first (default 0)",
+    )
+    s.add_argument(
+        "--scope",
+        choices=[scope.value for scope in Scope],
+        default=Scope.GLOBAL.value,
+        help="global (the default): publications from anywhere in the overlay; local: only "
+        "those published by clients of this broker",
     )
     add_detach_option(s, "the subscription is in place (deliveries go to standard output)")
     s.set_defaults(run=run_sub)
@@ -331,6 +354,10 @@ async def _sub(args: argparse.Namespace) -> int:
         message = reader.parse_line(f"{command} {text}", 1, "<filter>")
     except ParseError as exc:
         raise CommandError(str(exc)) from None
+    try:
+        check_priority(args.priority)
+    except InvalidMessage as exc:
+        raise CommandError(f"--priority: {exc}") from None
     client = await _connect(args, "sub", reconnect=args.durable is not None)
     received = 0
     try:
@@ -339,14 +366,15 @@ async def _sub(args: argparse.Namespace) -> int:
         visibility = Visibility(args.visibility)
         if isinstance(message, CompositeSubscription) and visibility is not Visibility.ON_COMMIT:
             raise CommandError("a composite subscription sees committed publications only")
+        options = {"visibility": visibility, "priority": args.priority, "scope": args.scope}
+        if isinstance(message, CompositeSubscription) and (args.priority or args.scope != "global"):
+            raise CommandError("--priority and --scope are options of atomic subscriptions")
         if isinstance(message, CompositeSubscription):
             handle = await client.subscribe_composite(message)
         elif isinstance(message, Subscription) and args.durable:
-            handle = await client.subscribe(
-                message.filter, durable=args.durable, visibility=visibility
-            )
+            handle = await client.subscribe(message.filter, durable=args.durable, **options)
         elif isinstance(message, Subscription):
-            handle = await client.subscribe(message.filter, id=message.id, visibility=visibility)
+            handle = await client.subscribe(message.filter, id=message.id, **options)
         else:  # pragma: no cover - parse_line returned what was asked
             raise CommandError("not a subscription")
         subscribed = f"subscribed {handle.id} at {client.broker}"

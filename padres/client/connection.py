@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from msgspec.structs import replace
 
 from padres.broker.durable import WINDOW, WINDOW_BYTES
-from padres.client.handling import Handler
+from padres.client.handling import Handler, Sequencer
 from padres.client.outcomes import Outcomes
 from padres.client.pending import (
     MAX_PENDING,
@@ -124,6 +124,7 @@ from padres.model.protocol import (
     ReplayOffer,
     ReplayRequest,
     Retry,
+    Scope,
     Span,
     Subscribe,
     TxEnded,
@@ -132,6 +133,7 @@ from padres.model.protocol import (
     Visibility,
     Vote,
     Welcome,
+    check_priority,
     decode_frame,
     encode_frame,
     websocket_url,
@@ -203,6 +205,7 @@ class SubscriptionHandle:
         max_pending: int = MAX_PENDING,
         max_pending_bytes: int = MAX_PENDING_BYTES,
         when_full: WhenFull = "drop",
+        sequencer: Sequencer | None = None,
     ):
         self.id = ident
         self.durable = durable
@@ -236,6 +239,8 @@ class SubscriptionHandle:
         self.handler: Handler | None = None
         """What runs the callback, with retries and an exception queue, if ``retries`` was
         given (``padres.client.handling``)."""
+        if sequencer is not None and retries is None:
+            raise ValueError("a sequencer orders the handlers of subscriptions with retries")
         if retries is not None:
             if callback is None or not auto_ack:
                 raise ValueError("retries need a callback, and acknowledge by themselves")
@@ -249,6 +254,7 @@ class SubscriptionHandle:
                 max_pending=max_pending,
                 max_pending_bytes=max_pending_bytes,
                 flow=flow,
+                sequencer=sequencer,
             )
 
     def ack(self, seq: int) -> None:
@@ -664,15 +670,24 @@ class Client:
         max_pending_bytes: int | None = None,
         when_full: WhenFull = "drop",
         after: int = 0,
+        priority: int = 0,
+        scope: Scope | str = Scope.GLOBAL,
+        sequencer: Sequencer | None = None,
     ) -> SubscriptionHandle:
         """Subscribe; ``visibility``: which publications of transactions it sees, and when
         (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.client.transaction``);
+        ``priority``: a publication matching several of this client's subscriptions reaches
+        them in priority order, higher first, ties in the order they were made (see
+        ``docs/padres.md``); ``scope``: ``local`` sees only the publications of clients of
+        this client's broker, ``global`` (the default) every one;
         ``durable``: a durable subscription of that name, kept by the broker
         while this client is away and resumed when a client of the same name makes it again
         (see ``SubscriptionHandle`` for its acknowledgements). ``retries``: a callback that
         raises is called again up to that many times, waiting ``backoff`` seconds and then
         twice as long each time, before the publication goes to the subscription's exception
-        queue at the broker (``padres.client.handling``; see ``exceptions``).
+        queue at the broker (``padres.client.handling``; see ``exceptions``); ``sequencer``:
+        the handlers (with ``retries``) of subscriptions given the same one take their
+        deliveries one at a time, in the order they arrived, and so in priority order.
         ``max_pending``, ``max_pending_bytes``: the limits of the subscription's queue in the
         client (the client's if None; see ``SubscriptionHandle``). A durable subscription's
         should not be below the broker's window (20,000 deliveries, 4 MiB): when its queue is
@@ -680,11 +695,16 @@ class Client:
         then (``WhenFull``). ``after``: a durable subscription resumes after that delivery
         number (what its application has already processed, when the client was made anew)."""
         visibility = Visibility(visibility)
+        priority, scope = check_priority(priority), Scope(scope)
         limits = self._limits(max_pending, max_pending_bytes)
         if durable is None:
             ident = id or self._id("s")
             sub = Subscription(ident, _filter(flt))
-            options = None if visibility is Visibility.ON_COMMIT else Subscribe(sub, visibility)
+            options = (
+                Subscribe(sub, visibility, priority, scope)
+                if (visibility, priority, scope) != (Visibility.ON_COMMIT, 0, Scope.GLOBAL)
+                else None
+            )
             return await self._subscribe(
                 sub,
                 callback,
@@ -693,6 +713,7 @@ class Client:
                 message=options,
                 limits=limits,
                 when_full=when_full,
+                sequencer=sequencer,
             )
         if limits[0] < WINDOW or limits[1] < WINDOW_BYTES:
             log.warning(
@@ -715,10 +736,18 @@ class Client:
             backoff=backoff,
             max_pending=limits[0],
             max_pending_bytes=limits[1],
+            sequencer=sequencer,
         )
         handle.received = handle.done = handle.acked = after
         return await self._make(
-            handle, Durable(Subscription(durable, _filter(flt)), after, visibility)
+            handle,
+            Durable(
+                Subscription(durable, _filter(flt)),
+                after,
+                visibility,
+                priority=priority,
+                scope=scope,
+            ),
         )
 
     async def subscribe_composite(
@@ -759,6 +788,7 @@ class Client:
         message: Subscribe | None = None,
         limits: tuple[int, int],
         when_full: WhenFull = "drop",
+        sequencer: Sequencer | None = None,
     ) -> SubscriptionHandle:
         """Make ``sub`` (by ``message``, when it has options) with a queue of ``limits``
         (deliveries, bytes)."""
@@ -771,6 +801,7 @@ class Client:
             max_pending=limits[0],
             max_pending_bytes=limits[1],
             when_full=when_full,
+            sequencer=sequencer,
         )
         return await self._make(handle, message or sub)
 
@@ -1363,6 +1394,8 @@ class BlockingClient:
         backoff: float = 0.1,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
+        priority: int = 0,
+        scope: Scope | str = Scope.GLOBAL,
     ) -> SubscriptionHandle:
         return self._call(
             self._client.subscribe(
@@ -1376,6 +1409,8 @@ class BlockingClient:
                 backoff=backoff,
                 max_pending=max_pending,
                 max_pending_bytes=max_pending_bytes,
+                priority=priority,
+                scope=scope,
             )
         )
 

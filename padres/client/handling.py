@@ -15,6 +15,11 @@ Entries replayed from the exception queue (``Retry``) come through the same hand
 retries: when it succeeds the entry is purged, when it fails again it goes back with its attempts
 added up.
 
+Handlers given one ``Sequencer`` take their deliveries one at a time, across their
+subscriptions, in the order the deliveries arrived from the broker: a publication matching
+several of them is handled by each in the order the broker listed them (their priorities), and
+one handler waiting between attempts holds back the others of its sequencer.
+
 The handler takes its deliveries from the subscription's queue in the client
 (``padres.client.pending``), bounded like any subscription's: it takes the next only when done
 with the last, so that a slow handler fills that queue, not memory. When it is full, a plain
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -41,7 +47,7 @@ from padres.runtime.backoff import Backoff
 if TYPE_CHECKING:
     from padres.client.connection import Client
 
-__all__ = ["MOST_BACKOFF", "Handler", "describe"]
+__all__ = ["MOST_BACKOFF", "Handler", "Sequencer", "describe"]
 
 log = logging.getLogger("padres.client.connection")
 
@@ -58,6 +64,53 @@ def describe(exc: BaseException) -> str:
     return f"{name}: {exc}" if str(exc) else name
 
 
+class Sequencer:
+    """The order in which the handlers sharing it take their deliveries: the order the
+    deliveries arrived (see the module docstring).
+
+    Each delivery queued for one of them takes a ticket (``take``); its handler waits for the
+    ticket's ``turn``, handles the delivery and lets the next one go (``leave``); a delivery
+    dropped, forgotten or abandoned leaves too, so that none waits for ever."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._open: deque[int] = deque()
+        """Tickets taken and not left, in order: the first one's turn is now."""
+        self._left: set[int] = set()
+        """Tickets left before their turn (their delivery was dropped or forgotten)."""
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+
+    def __len__(self) -> int:
+        """Deliveries that have a ticket and have not left."""
+        return len(self._open) - len(self._left)
+
+    def take(self) -> int:
+        self._last += 1
+        self._open.append(self._last)
+        return self._last
+
+    async def turn(self, ticket: int) -> None:
+        """Wait until every delivery that arrived before ticket's has left."""
+        if self._open[0] == ticket:
+            return
+        waiter = self._waiting[ticket] = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiting.pop(ticket, None)
+
+    def leave(self, ticket: int) -> None:
+        """The delivery of ``ticket`` is done with (handled, dropped or forgotten)."""
+        self._left.add(ticket)
+        open_ = self._open
+        while open_ and open_[0] in self._left:
+            self._left.discard(open_.popleft())
+        if open_:
+            waiter = self._waiting.get(open_[0])
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+
 @dataclass(frozen=True)
 class _Work:
     delivery: Notify
@@ -65,6 +118,8 @@ class _Work:
     """The exception queue's entry it is delivered again from (0: a new delivery)."""
     attempts: int = 0
     """Attempts it has had before (an entry's)."""
+    ticket: int = 0
+    """Its place in its handler's ``Sequencer`` (0: it has none)."""
 
 
 class Handler:
@@ -82,11 +137,13 @@ class Handler:
         max_pending: int = MAX_PENDING,
         max_pending_bytes: int = MAX_PENDING_BYTES,
         flow: Callable[[bool], None] | None = None,
+        sequencer: Sequencer | None = None,
     ) -> None:
         """``processed(seq)``: called once a durable delivery is done with (handled, or in the
         exception queue). ``max_pending``, ``max_pending_bytes``: the limits of the queue of
         deliveries waiting for the handler; ``flow``: see ``Pending`` (a durable
-        subscription's)."""
+        subscription's); ``sequencer``: shared with other handlers, they take their deliveries
+        in the order they arrived."""
         if retries < 0:
             raise ValueError(f"retries must be 0 or more, not {retries}")
         if backoff <= 0:
@@ -99,6 +156,7 @@ class Handler:
         self._client = client
         self._callback = callback
         self._processed = processed
+        self._sequencer = sequencer
         self._queue: Pending[_Work] = Pending(
             subscription, max_pending, max_pending_bytes, flow=flow
         )
@@ -107,18 +165,40 @@ class Handler:
     def put(self, delivery: Notify, size: int, *, keep: bool = False) -> None:
         """Queue a delivery of ``size`` bytes for the handler (dropped if the queue is full,
         unless ``keep``)."""
-        if self._queue.put(_Work(delivery), size, keep=keep):
-            self._start()
+        self._put(_Work(delivery, ticket=self._ticket()), size, keep)
 
     def put_retry(self, retry: Retry, size: int) -> None:
         delivery = Notify(retry.publication, (self.subscription,))
-        if self._queue.put(_Work(delivery, retry.entry, retry.attempts), size, keep=True):
+        self._put(_Work(delivery, retry.entry, retry.attempts, self._ticket()), size, True)
+
+    def _ticket(self) -> int:
+        return 0 if self._sequencer is None else self._sequencer.take()
+
+    def _put(self, work: _Work, size: int, keep: bool) -> None:
+        if self._queue.put(work, size, keep=keep):
             self._start()
+        else:
+            self._leave(work)
+
+    def _leave(self, work: _Work) -> None:
+        if self._sequencer is not None and work.ticket:
+            self._sequencer.leave(work.ticket)
 
     def forget(self, done: int) -> None:
         """Before a durable subscription resumes: deliveries numbered after ``done`` come
         again, the queued ones are dropped (entries being replayed come again too)."""
-        self._queue.keep_only(lambda work: not work.entry and work.delivery.seq <= done)
+        self._keep_only(lambda work: not work.entry and work.delivery.seq <= done)
+
+    def _keep_only(self, wanted: Callable[[_Work], bool]) -> None:
+        """Drop the queued deliveries not ``wanted``: they leave the sequencer."""
+
+        def kept(work: _Work) -> bool:
+            if wanted(work):
+                return True
+            self._leave(work)
+            return False
+
+        self._queue.keep_only(kept)
 
     def statistics(self) -> PendingStatistics:
         """The queue of deliveries waiting for the handler."""
@@ -126,6 +206,7 @@ class Handler:
 
     def stop(self) -> None:
         """The subscription is over: nothing more is handled."""
+        self._keep_only(lambda work: False)
         self._queue.close()
         if self._task is not None:
             self._task.cancel()
@@ -145,11 +226,15 @@ class Handler:
             if work is None:
                 return
             try:
+                if self._sequencer is not None:
+                    await self._sequencer.turn(work.ticket)
                 await self._process(work)
             except ConnectionLost:
                 return  # the client is closed: what was not done comes again next time
             except Exception:  # a bug here must not end the subscription's deliveries
                 log.exception("subscription %s: handling failed", self.subscription)
+            finally:
+                self._leave(work)
 
     async def _process(self, work: _Work) -> None:
         attempts, error = await self._attempt(work.delivery)

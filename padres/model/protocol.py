@@ -47,6 +47,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_FRAME_MESSAGES",
     "MAX_PATH",
+    "MAX_PRIORITY",
     "MAX_REASON",
     "MAX_VITAL",
     "MAX_VITAL_WAIT",
@@ -97,6 +98,7 @@ __all__ = [
     "RouteTxVote",
     "RouteUnadvertise",
     "RouteUnsubscribe",
+    "Scope",
     "Span",
     "Subscribe",
     "TxAbort",
@@ -109,6 +111,7 @@ __all__ = [
     "Visibility",
     "Vote",
     "Welcome",
+    "check_priority",
     "decode_frame",
     "encode_frame",
     "envelope_from_dict",
@@ -151,6 +154,39 @@ class Visibility(StrEnum):
     IMMEDIATE = "immediate"
     ON_ABORT = "on_abort"
     DEFERRED = "deferred"
+
+
+class Scope(StrEnum):
+    """Which publications a subscription sees by where they were published
+    (``docs/padres.md``).
+
+    ``global``: every matching publication of the overlay (the default); ``local``: only those
+    published by clients of the subscriber's own broker. A local subscription is never sent to
+    the neighbours: it follows only the advertisements made at its broker."""
+
+    GLOBAL = "global"
+    LOCAL = "local"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Scope:
+        choices = ", ".join(scope.value for scope in cls)
+        raise InvalidMessage(f"scope {value!r} is not one of {choices}")
+
+
+MAX_PRIORITY: Final = 2**31 - 1
+"""A subscription's priority lies between ``-MAX_PRIORITY`` and ``MAX_PRIORITY``."""
+
+
+def check_priority(priority: object) -> int:
+    """``priority`` if it is a valid subscription priority: a whole number (not a bool)
+    between ``-MAX_PRIORITY`` and ``MAX_PRIORITY``; ``InvalidMessage`` otherwise."""
+    if type(priority) is not int:
+        raise InvalidMessage(f"a priority is a whole number, not {priority!r}")
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidMessage(
+            f"priority {priority} is out of range: from {-MAX_PRIORITY} to {MAX_PRIORITY}"
+        )
+    return priority
 
 
 class Vote(StrEnum):
@@ -252,12 +288,20 @@ class TxNotify(Notify, frozen=True, kw_only=True, tag="tx_notify"):
 
 
 class Subscribe(WireMessage, frozen=True, tag="subscribe"):
-    """Make ``subscription`` with options: ``visibility`` of transactional publications.
+    """Make ``subscription`` with options: ``visibility`` of transactional publications;
+    ``priority``: where its id comes in a ``Notify`` matching several of the client's
+    subscriptions (higher first, ties in the order they were made); ``scope``: which
+    publications it sees by where they were published (``Scope``).
 
-    A plain ``subscription`` is the same with the default visibility, ``on_commit``."""
+    A plain ``subscription`` is the same with the defaults: ``on_commit``, 0, ``global``."""
 
     subscription: Subscription
     visibility: Visibility = Visibility.ON_COMMIT
+    priority: int = 0
+    scope: Scope = Scope.GLOBAL
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
 
 
 class TxBegin(WireMessage, frozen=True, tag="tx_begin"):
@@ -414,6 +458,14 @@ class Durable(WireMessage, frozen=True, tag="durable"):
     visibility: Visibility = Visibility.ON_COMMIT
     """Which transactional publications it sees."""
     roam: Roam | None = None
+    priority: int = 0
+    """Where its deliveries come among those of the client's other durable subscriptions
+    matching the same publication (``Subscribe.priority``)."""
+    scope: Scope = Scope.GLOBAL
+    """Which publications it sees by where they were published (``Scope``)."""
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
 
 
 class Ack(WireMessage, frozen=True, tag="ack"):
