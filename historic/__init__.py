@@ -2,13 +2,23 @@
 (database nodes answer historic subscriptions), published from an application's own database
 transaction (``historic.outbox``) or from its tables' changes (``historic.rules``), and consumed
 into it (``historic.inbox``)."""
+transaction (``historic.outbox``), and consumed into it (``historic.inbox``); a database node's
+internal subscriptions run SQL for what it is sent (``historic.internal``)."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from historic.errors import InboxError, OutboxError, RuleError, StoreError, StoreUnavailable
+    from historic.errors import (
+        InboxError,
+        OutboxError,
+        StatementFailed,
+        StoreError,
+        StoreUnavailable,
+    )
     from historic.inbox import AtomicConsumer, TransactionalInbox
+    from historic.internal import InternalSubscription, parse_internal
     from historic.outbox import OutboxRelay, TransactionalOutbox
     from historic.rules import Rule, Rules
     from historic.store import Store
@@ -21,6 +31,9 @@ _HOMES = {
     "Rule": "rules",
     "RuleError": "errors",
     "Rules": "rules",
+    "InternalSubscription": "internal",
+    "StatementFailed": "errors",
+    "parse_internal": "internal",
     "StoreError": "errors",
     "StoreUnavailable": "errors",
     "OutboxRelay": "outbox",
@@ -33,16 +46,19 @@ and the command line, which imports ``historic.cli``, needs it only to run ``pad
 __all__ = [
     "AtomicConsumer",
     "InboxError",
+    "InternalSubscription",
     "OutboxError",
     "OutboxRelay",
     "Rule",
     "RuleError",
     "Rules",
+    "StatementFailed",
     "Store",
     "StoreError",
     "StoreUnavailable",
     "TransactionalInbox",
     "TransactionalOutbox",
+    "parse_internal",
 ]
 
 

@@ -20,7 +20,7 @@ from padres.cli.detach import add_detach_option, announce
 from padres.cli.logs import add_log_options
 from padres.cli.nodes import attach, run_node, until_stopped
 from padres.cli.settings import add_settings_options
-from padres.errors import CommandError, ParseError
+from padres.errors import CommandError, InvalidMessage, ParseError
 from padres.language.parser import parse_filter
 from padres.model.printer import format_filter
 from padres.runtime import collector
@@ -48,6 +48,17 @@ def register(commands: Any) -> None:
         default=[],
         metavar="SPEC",
         help="store (and offer to replay) what this filter matches from the start; repeatable",
+    )
+    p.add_argument(
+        "--execute",
+        action="append",
+        default=[],
+        metavar="SUBSCRIPTION",
+        help="an internal subscription: run a SQL statement in the database for each "
+        "publication a filter matches, exactly once, its attributes as parameters: "
+        '"NAME ON FILTER [PRIORITY N] [SCOPE local|global] EXECUTE STATEMENT" '
+        "(or EXECUTE FUNCTION f(attribute, ...)); repeatable. A statement that fails sends "
+        "the publication to the subscription's exception queue. Needs one --broker",
     )
     p.add_argument(
         "--tls-ca",
@@ -81,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from historic.internal import distinct, parse_internal
     from historic.node import DatabaseNode  # imports SQLAlchemy: only when the command runs
     from historic.store import Store
 
@@ -89,11 +101,17 @@ async def _serve(args: argparse.Namespace) -> int:
         specs = [format_filter(parse_filter(spec)) for spec in args.store]
     except ParseError as exc:
         raise CommandError(f"--store: {exc}") from None
+    try:
+        internal = distinct([parse_internal(text) for text in args.execute])
+    except InvalidMessage as exc:
+        raise CommandError(f"--execute: {exc}") from None
+    if internal and len(brokers) > 1:
+        raise CommandError("--execute: internal subscriptions live at one broker: one --broker")
     async with contextlib.AsyncExitStack() as stack:
         store = Store(args.url or f"sqlite:///{args.id}.sqlite")
         stack.callback(store.close)
         client = await attach(stack, brokers, args.id, credentials(args), args.tls_ca)
-        node = DatabaseNode(args.id, client, store)
+        node = DatabaseNode(args.id, client, store, internal=internal)
         stack.push_async_callback(node.stop)
         await node.start()
         for spec in specs:

@@ -9,6 +9,9 @@ Hierarchy::
     │                            was refused or could not be installed (``historic.rules``)
     ├── InboxError               an application's inbox table (consuming into its database
     │                            transaction, ``historic.inbox``)
+    ├── StatementFailed          an internal subscription's statement failed for a
+    │                            publication (``historic.internal``): what its exception
+    │                            queue says
     └── StoreError               a historic store's database failed or refused
         └── StoreUnavailable     ... unreachable or busy: the same write may work later
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 from padres.errors import StorageError
 
 __all__ = ["InboxError", "OutboxError", "RuleError", "StoreError", "StoreUnavailable"]
+__all__ = ["InboxError", "OutboxError", "StatementFailed", "StoreError", "StoreUnavailable"]
 
 
 class OutboxError(StorageError):
@@ -32,6 +36,12 @@ class RuleError(OutboxError):
 
 class InboxError(StorageError):
     """An application's inbox table failed, or a consumer cannot resume (``historic.inbox``)."""
+
+
+class StatementFailed(StorageError):
+    """An internal subscription's statement failed for a publication (a SQL error, a
+    parameter the publication has no attribute for): rolled back, and the publication goes to
+    the subscription's exception queue with this error (``historic.internal``)."""
 
 
 class StoreError(StorageError):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -49,6 +50,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     insert,
+    inspect,
     select,
     update,
 )
@@ -57,11 +59,15 @@ from sqlalchemy.orm import Session
 
 from historic.errors import InboxError
 from padres.client.connection import Client, Delivery, SubscriptionHandle
+from padres.client.handling import MOST_BACKOFF, Sequencer
 from padres.model.messages import Filter, Origin
 from padres.model.producers import Ranges, ranges_of, take
-from padres.model.protocol import Notify, Visibility
+from padres.model.protocol import Notify, Scope, Visibility
+from padres.runtime.backoff import Backoff
 
 __all__ = ["INBOX_TABLE", "AtomicConsumer", "Position", "TransactionalInbox"]
+
+log = logging.getLogger("padres.inbox")
 
 INBOX_TABLE: Final = "padres_inbox"
 """The positions table's name unless another is given."""
@@ -107,6 +113,11 @@ class TransactionalInbox:
         with self._storage("create the inbox table"):
             self.metadata.create_all(self.engine)
 
+    def exists(self) -> bool:
+        """Whether the table is there."""
+        with self._storage("look for the inbox table"), self.engine.connect() as conn:
+            return inspect(conn).has_table(self.table.name, self.metadata.schema)
+
     def position(self, consumer: str, subscription: str, broker: str) -> Position:
         """Where ``consumer`` stands in ``subscription``: the row, made now (at ``broker``)
         if there is none."""
@@ -146,6 +157,12 @@ class TransactionalInbox:
             transaction.execute(update(self.table).where(key).values(values))
             return True
 
+    def subscriptions(self, consumer: str) -> list[str]:
+        """The subscriptions ``consumer`` has a row for, by name."""
+        query = select(self.table.c.subscription).where(self.table.c.consumer == consumer)
+        with self._storage("read the inbox"), self.engine.begin() as conn:
+            return sorted(str(name) for (name,) in conn.execute(query))
+
     def forget(self, consumer: str, subscription: str) -> None:
         """Drop ``consumer``'s row for ``subscription`` (it unsubscribed for good)."""
         with self._storage("update the inbox"), self.engine.begin() as conn:
@@ -180,14 +197,23 @@ class AtomicConsumer:
         visibility: Visibility | str = Visibility.ON_COMMIT,
         retries: int = 3,
         backoff: float = 0.1,
+        priority: int = 0,
+        scope: Scope | str = Scope.GLOBAL,
+        transient: Callable[[Exception], bool] | None = None,
+        sequencer: Sequencer | None = None,
     ) -> None:
         """``client``: connected, made with ``reconnect=True`` to survive its broker's
         restarts, one broker URL (the subscription lives there); ``subscription``: the durable
-        subscription's name, with ``flt`` and ``visibility``; ``handler``: the application's
-        writes for one delivery, given the transaction (a ``Session`` if ``session``, else a
-        ``Connection``). A handler or transaction that fails is tried again ``retries`` times
-        after ``backoff`` seconds, doubling, then the delivery goes to the subscription's
-        exception queue (``padres.client.handling``)."""
+        subscription's name, with ``flt``, ``visibility``, ``priority`` and ``scope``;
+        ``handler``: the application's writes for one delivery, given the transaction (a
+        ``Session`` if ``session``, else a ``Connection``). A handler or transaction that
+        fails is tried again ``retries`` times after ``backoff`` seconds, doubling, then the
+        delivery goes to the subscription's exception queue (``padres.client.handling``).
+        ``transient``: which failures are not the delivery's (the database is unreachable,
+        say): the delivery is tried again after a backoff for as long as they last, without
+        counting them. ``sequencer``: consumers given the same one apply one delivery at a
+        time, in the order the deliveries arrived (``padres.client.handling``: a delivery
+        waiting out a transient failure holds back the others)."""
         self.client = client
         self.inbox = inbox
         self.subscription = subscription
@@ -197,6 +223,12 @@ class AtomicConsumer:
         self.visibility = Visibility(visibility)
         self.retries = retries
         self.backoff = backoff
+        self.priority = priority
+        self.scope = Scope(scope)
+        self.transient = transient
+        self.sequencer = sequencer
+        self.waited = 0
+        """Transient failures waited out so far."""
         self.applied = 0
         """Deliveries applied by this consumer (not counting those found applied already)."""
         self.skipped = 0
@@ -229,6 +261,9 @@ class AtomicConsumer:
             backoff=self.backoff,
             visibility=self.visibility,
             after=position.seq,
+            priority=self.priority,
+            scope=self.scope,
+            sequencer=self.sequencer,
         )
         return self
 
@@ -250,7 +285,25 @@ class AtomicConsumer:
     async def _consume(self, note: Delivery) -> None:
         if not isinstance(note, Notify):
             raise TypeError(f"a durable subscription delivers publications, not {note!r}")
-        if await asyncio.to_thread(self._apply, note):
+        backoff = Backoff(self.backoff, max(self.backoff, MOST_BACKOFF))
+        while True:
+            try:
+                applied = await asyncio.to_thread(self._apply, note)
+                break
+            except Exception as exc:
+                if self.transient is None or not self.transient(exc):
+                    raise
+                self.waited += 1
+                delay = backoff.next()
+                log.warning(
+                    "%s: subscription %s: %s; trying again in %.1f s",
+                    self.client.name,
+                    self.subscription,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        if applied:
             self.applied += 1
         else:
             self.skipped += 1

@@ -38,6 +38,11 @@ when the connection is lost and resumes its subscriptions and offers.
 Historic queries routed to the node (``ReplayRequest``) are answered once the node's clock has
 passed the request's ``ready_at`` and what was pending is written: one query, its results
 streamed back in time order in batches, then ``ReplayEnd`` with the count or the error.
+
+A node may also run SQL in its database for the publications it is sent: its *internal
+subscriptions* (``historic.internal``), given by its operator when it starts (never by
+``DB_CONTROL``), each applied exactly once per publication, in priority order, a failure going
+to the subscription's exception queue.
 """
 
 from __future__ import annotations
@@ -48,12 +53,13 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from historic.errors import StoreError
+from historic.internal import Executor, InternalSubscription
 from historic.store import Store, Written
 from padres.client.connection import Client, Delivery
 from padres.client.replay import responder
@@ -220,10 +226,15 @@ class DatabaseNode:
         *,
         batch: int = 500,
         flush_every: float = 0.1,
+        internal: Sequence[InternalSubscription] = (),
     ) -> None:
+        """``internal``: the statements to run for the publications that match them
+        (``historic.internal``); the node's client then takes one broker's URL."""
         self.id = db_id
         self.client = client
         self.store = store
+        self.executor = Executor(client, store.engine, internal)
+        """Runs the internal subscriptions."""
         self.batch = batch
         self.writer = Writer(store, db_id, batch=batch, flush_every=flush_every)
         self.specs: dict[str, str] = {}
@@ -265,8 +276,10 @@ class DatabaseNode:
         self._flusher = asyncio.get_running_loop().create_task(self.writer.run())
         for spec in await asyncio.to_thread(self.store.specs):
             await self.store_spec(spec)
+        await self.executor.start()
 
     async def stop(self) -> None:
+        await self.executor.stop()
         for task in list(self._tasks):
             task.cancel()
         await self.replies.stop()

@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from historic.errors import StoreError, StoreUnavailable
@@ -56,11 +56,12 @@ from historic.schema import (
     rejected,
     specs,
 )
+from padres.errors import StorageError
 from padres.model.codec import from_dict, to_dict
 from padres.model.messages import Filter, Publication
 from padres.security.files import private_file
 
-__all__ = ["Rejection", "Store", "Written"]
+__all__ = ["Rejection", "Store", "Written", "reason"]
 
 log = logging.getLogger("padres.store")
 
@@ -205,7 +206,7 @@ class Store:
             if len(pubs) > 1:
                 half = len(pubs) // 2
                 return self.write(pubs[:half]) + self.write(pubs[half:])
-            return self._set_aside(pubs[0], _reason(exc))
+            return self._set_aside(pubs[0], reason(exc))
 
     def _set_aside(self, pub: Publication, reason: str) -> Written:
         log.warning("set aside publication %s of %s: %s", pub.id, pub.publisher, reason)
@@ -338,7 +339,7 @@ class Store:
             exc, (OperationalError, PoolTimeout, self.engine.dialect.loaded_dbapi.OperationalError)
         ) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
         kind = StoreUnavailable if transient else StoreError
-        return kind(f"{what}: {_reason(exc)}")
+        return kind(f"{what}: {reason(exc)}")
 
 
 class _Rows:
@@ -559,12 +560,12 @@ def _publication(ident: str, publisher: str, stamp: str, attributes: str) -> Pub
     return Publication(ident, orjson.loads(attributes), datetime.fromisoformat(stamp), publisher)
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     """A short account of what went wrong: the first line of the original error (the driver's,
     without the SQL and its parameters)."""
-    if isinstance(exc, StoreError) and exc.__cause__ is not None:
+    if isinstance(exc, StorageError) and exc.__cause__ is not None:
         exc = exc.__cause__
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
+    if isinstance(exc, StatementError) and exc.orig is not None:
         exc = exc.orig
     first = (str(exc).strip().splitlines() or [""])[0]
     text = f"{type(exc).__name__}: {first}"[:500]

@@ -190,7 +190,8 @@ class BrokerProcess(_Child):
 
 
 class DatabaseProcess(_Child):
-    """One ``padres db`` child process, storing ``stores`` (filters) from the start."""
+    """One ``padres db`` child process, storing ``stores`` (filters) from the start, and
+    running the internal subscriptions ``executes`` (``padres db --execute``)."""
 
     def __init__(
         self,
@@ -199,6 +200,7 @@ class DatabaseProcess(_Child):
         url: str,
         *,
         stores: Sequence[str] = (),
+        executes: Sequence[str] = (),
         log: IO[bytes] | None = None,
     ) -> None:
         """``broker``: its broker's URL, or several to fail over between."""
@@ -207,6 +209,7 @@ class DatabaseProcess(_Child):
         self.brokers = [broker] if isinstance(broker, str) else list(broker)
         self.url = url
         self.stores = list(stores)
+        self.executes = list(executes)
 
     def start(self, timeout: float = 20.0) -> None:
         args = ["db", "--id", self.id, "--url", self.url, "--quiet"]
@@ -214,4 +217,6 @@ class DatabaseProcess(_Child):
             args += ["--broker", broker]
         for spec in self.stores:
             args += ["--store", spec]
+        for internal in self.executes:
+            args += ["--execute", internal]
         self._start(args, timeout)
