@@ -259,6 +259,55 @@ async def test_a_node_killed_in_the_middle_of_a_stream_applies_each_publication_
     assert all(where[n, "first"] < where[n, "second"] for n in range(1, total + 1))
 
 
+async def test_a_database_that_drops_the_node_is_waited_for_not_blamed(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """PostgreSQL ends the node's sessions again and again (``pg_terminate_backend``) while
+    publications stream in: each lost transaction is tried again, none goes to the exception
+    queue, and each publication is applied once."""
+    schema = f"padres_internal_drop_{os.getpid()}"
+    url = database_url("postgresql", schema, tmp_path / "unused.sqlite")
+    label = f"padres-node-{os.getpid()}"
+    node_url = f"{url}&application_name={label}"
+    engine = sqlalchemy.create_engine(url)
+    app.create_all(engine)
+    log_path = tmp_path / "node.log"
+    log = log_path.open("wb")
+    on = "ON [class,eq,'Dropped']"
+    db = DatabaseProcess(
+        "D-postgresql",
+        broker.url,
+        node_url,
+        executes=[f"kept {on} EXECUTE INSERT INTO steps (n, sub) VALUES (:n, 'kept')"],
+        log=log,
+    )
+    terminate = sqlalchemy.text(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :a"
+    )
+    total, ended = 80, 0
+    try:
+        await asyncio.to_thread(db.start)
+        async with Client(broker.url, "dropper") as shop:
+            await shop.advertise("[class,eq,'Dropped'],[n,isPresent,0]")
+            for n in range(1, total + 1):
+                await shop.publish({"class": "Dropped", "n": n}, guaranteed=True)
+                if n % 10 == 0:
+                    with engine.begin() as conn:
+                        ended += int(conn.execute(terminate, {"a": label}).scalar_one())
+                await asyncio.sleep(0.02)
+            await shop.flush()
+            await eventually(lambda: len(_rows(url)) >= total, timeout=30)
+            assert not (await shop.exceptions("kept", client="D-postgresql")).entries
+        assert _rows(url) == [(n, "kept") for n in range(1, total + 1)]
+    finally:
+        db.stop()
+        log.close()
+        engine.dispose()
+        drop_schema(schema)
+    assert ended >= 3, ended  # sessions were ended under the node
+    assert "trying again" in log_path.read_text()
+
+
 def test_the_text_form_of_an_internal_subscription() -> None:
     sub = parse_internal(
         "  orders on [class,eq,'Order'],[note,eq,'say EXECUTE here'] Priority -4 SCOPE Local "
