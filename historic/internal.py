@@ -102,6 +102,9 @@ class InternalSubscription:
             )
         if not self.statement.strip():
             raise InvalidMessage(f"internal subscription {self.name!r} has no statement")
+        if self.filter.window is not None:
+            why = f"internal subscription {self.name!r} runs for live publications: no time window"
+            raise InvalidMessage(why)
         check_priority(self.priority)
         object.__setattr__(self, "scope", Scope(self.scope))
 
@@ -347,11 +350,12 @@ class Executor:
     async def stop(self) -> None:
         if not self.consumers:
             return
+        applied, failed = self.applied, self.failed
         for consumer in self.consumers.values():
             await consumer.stop()
         log.info(
             "%s: internal subscriptions applied %d publications, %d failed",
             self.client.name,
-            self.applied,
-            self.failed,
+            applied,
+            failed,
         )

@@ -345,6 +345,7 @@ def test_the_text_form_of_an_internal_subscription() -> None:
         ("control ON [class,eq,'T'] EXECUTE x", "is the node's own"),
         ("a,b ON [class,eq,'T'] EXECUTE x", "invalid internal subscription name"),
         ("empty ON [class,eq,'T'] EXECUTE  ", "has no statement"),
+        ("past ON [class,eq,'T'],[time,>=,now-1h] EXECUTE x", "no time window"),
     ]:
         with pytest.raises(InvalidMessage, match=words):
             parse_internal(text)
