@@ -18,7 +18,7 @@ from padres.broker.sqlite_journal import SqliteJournal
 from padres.language.parser import parse_subscription
 from padres.model.codec import encode
 from padres.model.messages import Publication
-from padres.model.protocol import Outcome
+from padres.model.protocol import Outcome, Scope
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Queued = tuple[int, str, Tag | None, int]
@@ -167,6 +167,27 @@ def test_what_a_crash_loses_of_a_subscription_is_forgotten(tmp_path: Path) -> No
     journal.save(record)
     journal.rollback()
     assert [r.acked for r in journal.durables()] == [0]
+    journal.close()
+
+
+def test_a_journal_written_before_priority_and_scope_reads_their_defaults(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "journal.sqlite")
+    journal = SqliteJournal(path)
+    journal.save(_record())
+    journal.commit()
+    journal.close()
+    with closing(sqlite3.connect(path)) as db, db:  # the table as journals kept it before
+        db.execute("ALTER TABLE durables DROP COLUMN priority")
+        db.execute("ALTER TABLE durables DROP COLUMN scope")
+    journal = SqliteJournal(path)
+    (record,) = journal.durables()
+    assert (record.name, record.priority, record.scope) == ("d", 0, Scope.GLOBAL)
+    record.priority, record.scope = 7, Scope.LOCAL
+    journal.save(record)
+    journal.commit()
+    assert [(r.priority, r.scope) for r in journal.durables()] == [(7, Scope.LOCAL)]
     journal.close()
 
 

@@ -29,7 +29,7 @@ from padres.language.parser import parse_subscription
 from padres.model.classes import Schema, parse_attributes
 from padres.model.codec import encode
 from padres.model.messages import Publication
-from padres.model.protocol import ExceptionEntry, Outcome
+from padres.model.protocol import ExceptionEntry, Outcome, Scope
 from tests.postgres import LIBPQ, postgres_or_skip, reachable
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -148,13 +148,20 @@ def test_a_durable_record_is_kept_as_saved_and_forgotten_with_its_queue(
 ) -> None:
     record = _record()
     record.cursors["t"] = 4
+    record.priority, record.scope = -12, Scope.LOCAL
     journal.save(record)
     journal.save(_record("e"))
     journal.enqueue(record, 1, _pub(1))
     journal.commit()
     record.acked = 1  # not saved again: the journal keeps the record as it was
-    (kept, _) = sorted(journal.durables(), key=lambda r: r.name)
+    (kept, other) = sorted(journal.durables(), key=lambda r: r.name)
     assert (kept.name, kept.cursors, kept.acked) == ("d", {"t": 4}, 0)
+    assert (kept.priority, kept.scope, other.priority, other.scope) == (
+        -12,
+        Scope.LOCAL,
+        0,
+        Scope.GLOBAL,
+    )
     kept.cursors["t"] = 9  # a record of the caller's own
     assert next(iter(journal.durables())).cursors == {"t": 4}
     journal.save(record)
