@@ -126,6 +126,27 @@ def test_a_local_subscription_sees_its_own_brokers_publishers_only_and_stays_the
         "durable subscription 'kept' exists with scope local, not global", "kept"
     )
 
+    # and through a restart of its broker, on its journal, while its client is away
+    sim.crash("B")
+    sim.add_broker("B")
+    sim.link("A", "B")
+    sim.link("B", "C")
+    sim.run()
+    restored = [r for r in sim.brokers["B"].routes if r.local]
+    assert len(restored) == 1 and not restored[0].sent  # the durable one, still local
+    _publish(sim, at_a, 103)  # from A: not queued for it
+    for client in (sub, at_b):
+        sim.reattach(client)
+    sim.send(at_b, parse_advertisement(ADVERTISEMENT, id="a"))
+    sub.notifications.clear()
+    kept = parse_subscription("[class,eq,'T'],[n,>,0]", id="kept")
+    sim.send(sub, Durable(kept, acked=2, scope=Scope.LOCAL))
+    sim.run()
+    assert _got(sub) == []
+    _publish(sim, at_a, 105)
+    _publish(sim, at_b, 104)
+    assert _got(sub) == [(104, ("kept",))]
+
 
 def test_a_subscription_with_a_time_window_takes_neither_scope_nor_priority() -> None:
     sim, _, _ = _line()
