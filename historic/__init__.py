@@ -1,18 +1,17 @@
 """historic: publications stored in a database and queried with the language's filters
 (database nodes answer historic subscriptions), published from an application's own database
 transaction (``historic.outbox``) or from its tables' changes (``historic.rules``), and consumed
-into it (``historic.inbox``)."""
-transaction (``historic.outbox``), and consumed into it (``historic.inbox``); a database node's
-internal subscriptions run SQL for what it is sent (``historic.internal``)."""
+into it (``historic.inbox``); a database node's internal subscriptions run SQL for what it is
+sent (``historic.internal``)."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from historic.errors import InboxError, OutboxError, RuleError, StoreError, StoreUnavailable
     from historic.errors import (
         InboxError,
         OutboxError,
+        RuleError,
         StatementFailed,
         StoreError,
         StoreUnavailable,

@@ -20,8 +20,14 @@ from __future__ import annotations
 
 from padres.errors import StorageError
 
-__all__ = ["InboxError", "OutboxError", "RuleError", "StoreError", "StoreUnavailable"]
-__all__ = ["InboxError", "OutboxError", "StatementFailed", "StoreError", "StoreUnavailable"]
+__all__ = [
+    "InboxError",
+    "OutboxError",
+    "RuleError",
+    "StatementFailed",
+    "StoreError",
+    "StoreUnavailable",
+]
 
 
 class OutboxError(StorageError):

@@ -23,8 +23,10 @@ A subscription made here may be *local* (``Scope.LOCAL``): it follows only the t
 this broker (the advertisements of its own clients), so it is never forwarded, and it matches
 only the publications of this broker's clients, not those arriving from neighbours. Each
 subscription made here has a *priority*: a publication matching several subscriptions of one
-client (or several durable subscriptions) reaches them in priority order, higher first, ties
-in the order they were made (``Matches``).
+client (or several durable subscriptions) reaches them in priority order, higher first
+(``Matches``). A client that gave none of its subscriptions a priority pays nothing for it: its
+ids are not sorted, so equal priorities come in no promised order (in the order made, where a
+client's priorities differ).
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ class Routes:
         self._made = 0
         """Subscriptions made here so far (the rank of each in ``Route.order``)."""
         self._orders: dict[str, dict[str, int]] = {}
+        self._ranked: dict[str, int] = {}
+        """Per client hop, how many of its subscriptions have a priority other than 0 (only
+        those clients' ids are sorted)."""
         """Per client hop, the ``Route.order`` of its subscriptions by the ids it knows them
         by: a client's ids in one notify are sorted by it."""
         self._on_tree: dict[str, set[str]] = {}
@@ -194,6 +199,8 @@ class Routes:
         route.priority, route.local, route.order = priority, local, _order(priority, self._made)
         if route.owner is not None and route.notify_as is not None:
             self._orders.setdefault(route.owner, {})[route.notify_as] = route.order
+            if priority:
+                self._ranked[route.owner] = self._ranked.get(route.owner, 0) + 1
         self._insert(route)
         self._local.setdefault(sub.filter.class_name, {})[sub.id] = route
         if local:
@@ -205,7 +212,22 @@ class Routes:
     def prioritize(self, subscription_id: str, priority: int) -> None:
         """Give a subscription made here another priority (a durable one resumed with it)."""
         route = self._routes[subscription_id]
+        owner, notify_as = route.owner, route.notify_as
+        if owner is not None and notify_as is not None:
+            if route.priority:
+                self._unrank(owner)
+            if priority:
+                self._ranked[owner] = self._ranked.get(owner, 0) + 1
         route.priority, route.order = priority, _order(priority, route.order & _RANKS)
+        if owner is not None and notify_as is not None:
+            self._orders[owner][notify_as] = route.order
+
+    def _unrank(self, owner: str) -> None:
+        left = self._ranked[owner] - 1
+        if left:
+            self._ranked[owner] = left
+        else:
+            del self._ranked[owner]
 
     def _follows(self, route: Route, tree_id: str) -> bool:
         """Whether ``route`` may follow tree ``tree_id``: any, unless it is ``local``, which
@@ -251,6 +273,8 @@ class Routes:
                 del orders[route.notify_as]
                 if not orders:
                     del self._orders[route.owner]
+                if route.priority:
+                    self._unrank(route.owner)
             route.sink = route.owner = route.notify_as = None
             route.trees.clear()
             self._scoped.discard(route.id)
@@ -353,8 +377,10 @@ class Routes:
                     if tree in trees:
                         hops.add(hop)
         hops.discard(source)
+        ranked = self._ranked
         for owner in crowded:  # in priority order, ties in the order they were made
-            clients[owner].sort(key=self._orders[owner].__getitem__)
+            if owner in ranked:
+                clients[owner].sort(key=self._orders[owner].__getitem__)
         if len(durables) > 1:
             durables.sort(key=_ORDER)
         return Matches(clients, [r.id for r in durables], watches, hops, result.activations)

@@ -677,7 +677,8 @@ class Client:
         """Subscribe; ``visibility``: which publications of transactions it sees, and when
         (``on_commit``, ``immediate`` or ``on_abort``: see ``padres.client.transaction``);
         ``priority``: a publication matching several of this client's subscriptions reaches
-        them in priority order, higher first, ties in the order they were made (see
+        them in priority order, higher first, ties in the order they were made once any
+        subscription of the client has a priority other than 0 (see
         ``docs/padres.md``); ``scope``: ``local`` sees only the publications of clients of
         this client's broker, ``global`` (the default) every one;
         ``durable``: a durable subscription of that name, kept by the broker

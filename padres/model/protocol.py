@@ -290,7 +290,8 @@ class TxNotify(Notify, frozen=True, kw_only=True, tag="tx_notify"):
 class Subscribe(WireMessage, frozen=True, tag="subscribe"):
     """Make ``subscription`` with options: ``visibility`` of transactional publications;
     ``priority``: where its id comes in a ``Notify`` matching several of the client's
-    subscriptions (higher first, ties in the order they were made); ``scope``: which
+    subscriptions (higher first, ties in the order they were made where the client's
+    priorities are not all 0); ``scope``: which
     publications it sees by where they were published (``Scope``).
 
     A plain ``subscription`` is the same with the defaults: ``on_commit``, 0, ``global``."""
