@@ -23,11 +23,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from historic.store import Store
 from padres.cli import main
 from padres.language.parser import parse_filter, parse_publication
 from padres.matching.matcher import matches
 from padres.matching.reference import ReferenceMatcher
+from padres.matching.rete_matcher import ReteMatcher
 from padres.model.codec import decode, encode
+from padres.model.dates import date_value, timestamp_value
 from padres.model.messages import Filter, Publication, Subscription
 from rete.operators import Value
 from spark.archive import Archive
@@ -566,3 +569,73 @@ def test_the_jobs_run_on_a_standalone_cluster(tmp_path: Path) -> None:
                 active.stop()
     assert report.rows == len(pubs)
     assert _ordered(result.publications) == _reference(flt, pubs)
+
+
+DATED_AT = datetime(2001, 1, 1, tzinfo=UTC)
+DATED_OPS = {
+    "number": ("<", "<=", ">", ">=", "=", "<>", "before", "after"),
+    "text": ("str-lt", "str-le", "str-gt", "str-ge", "eq", "neq", "before", "after"),
+}
+"""The operators of a timestamp (a number) and of a date or datetime (text)."""
+
+
+def _dated(n: int, at: datetime) -> Publication:
+    """A publication with a datetime, a date and a timestamp of ``at`` (whole seconds)."""
+    attrs: dict[str, Value] = {
+        "class": "W",
+        "at": date_value(at),
+        "on": date_value(at.date()),
+        "ts": timestamp_value(at),
+    }
+    return Publication(f"w{n}", attrs, DATED_AT + timedelta(days=n % 90), "x")
+
+
+@pytest.fixture(scope="module")
+def dated(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Archive, Store, list[Publication]]]:
+    """The same publications with date and time attributes in an archive and a database."""
+    tmp = tmp_path_factory.mktemp("dated")
+    rng = random.Random(11)
+    pubs = [
+        _dated(n, DATED_AT + timedelta(seconds=rng.randint(0, 3 * 365 * 86400))) for n in range(300)
+    ]
+    root = tmp / "archive"
+    load([_write(tmp / "dated.jsonl", pubs)], root, Reading(Format.JSON, period=Period.MONTH))
+    archive, store = Archive(root), Store(f"sqlite:///{tmp / 'dated.sqlite'}")
+    store.add(pubs)
+    yield archive, store, pubs
+    archive.close()
+    store.close()
+
+
+@settings(
+    max_examples=scaled(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.data())
+def test_dates_and_times_select_alike_live_in_history_and_in_the_archive(
+    dated: tuple[Archive, Store, list[Publication]], draw: st.DataObject
+) -> None:
+    """Every operator on a datetime, a date and a timestamp: the Rete engine (live matching),
+    the database's SQL (history) and the archive's pruned read (Parquet statistics) select
+    exactly what the reference matcher does, and pruning reads no more than a full scan."""
+    archive, store, pubs = dated
+    attribute = draw.draw(st.sampled_from(["at", "on", "ts"]))
+    op = draw.draw(st.sampled_from(DATED_OPS["number" if attribute == "ts" else "text"]))
+    at = draw.draw(st.sampled_from(pubs)).attributes[attribute]
+    if draw.draw(st.booleans()):  # an operand no publication holds, most likely
+        span = draw.draw(st.integers(-86400 * 40, 3 * 365 * 86400 + 86400 * 40))
+        moved = DATED_AT + timedelta(seconds=span)
+        at = {"at": date_value(moved), "on": date_value(moved.date())}.get(
+            attribute, timestamp_value(moved)
+        )
+    operand = repr(at) if isinstance(at, int | float) else f"'{at}'"
+    flt = parse_filter(f"[class,eq,'W'],[{attribute},{op},{operand}]")
+    expected = _reference(flt, pubs)
+    rete = ReteMatcher()
+    rete.add(Subscription("s", flt))
+    assert sorted((p for p in pubs if rete.match(p).subscriptions), key=_key) == expected, flt
+    assert _ordered(store.query(flt)) == expected, flt
+    assert _ordered(archive.query(flt)) == _ordered(archive.full_scan(flt)) == expected, flt
