@@ -17,11 +17,10 @@ from collections.abc import Callable
 import pytest
 
 from padres import SlowConsumer
-from padres.broker.durable import WINDOW_BYTES
 from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.client.pending import MAX_PENDING, MAX_PENDING_BYTES, Pending, PendingStatistics
 from padres.errors import PadresError
-from padres.model.protocol import Notify
+from padres.model.protocol import DURABLE_WINDOW_BYTES, Notify
 from padres.testing.processes import BrokerProcess
 
 # -- the queue on its own -------------------------------------------------------------------------
@@ -255,7 +254,7 @@ async def test_a_slow_durable_reader_gets_everything_once_in_order_held_back_by_
         await pub.flush(15)
         seqs, ns, most = await _read_durable(orders, count, 0.002)
         assert seqs == list(range(1, count + 1)) and ns == list(range(count))
-        assert most <= WINDOW_BYTES + 50_000  # the rest waited at the broker
+        assert most <= DURABLE_WINDOW_BYTES + 50_000  # the rest waited at the broker
         stats = orders.statistics()
         assert (stats.pending, stats.dropped, stats.delivered) == (0, 0, count)
         with pytest.raises(TimeoutError):

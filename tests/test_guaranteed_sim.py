@@ -350,7 +350,7 @@ def _in_flight(sub: Subscriber) -> int:
 def test_a_durable_subscription_sends_at_most_its_window_in_deliveries_and_bytes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(durable, "WINDOW", 10)
+    monkeypatch.setattr(durable, "DURABLE_WINDOW", 10)
     sim, pub, sub = _connected(7)
     for _ in range(50):
         pub.publish()
@@ -362,7 +362,9 @@ def test_a_durable_subscription_sends_at_most_its_window_in_deliveries_and_bytes
     last = sub.client.notifications[-1]  # n = 19: as long as the next ones
     assert isinstance(last, Notify)
     size = len(encode(last.publication))
-    monkeypatch.setattr(durable, "WINDOW_BYTES", 3 * size + 2)  # bytes bind before the count
+    monkeypatch.setattr(
+        durable, "DURABLE_WINDOW_BYTES", 3 * size + 2
+    )  # bytes bind before the count
     sub.collect()
     sim.run()
     assert _in_flight(sub) == 3
@@ -388,7 +390,7 @@ def test_the_window_in_bytes_is_shared_by_the_durable_subscriptions_of_a_client(
     pub.publish()
     sim.run()
     size = len(encode(client.notifications[-1].publication))
-    monkeypatch.setattr(durable, "WINDOW_BYTES", 5 * size + 2)
+    monkeypatch.setattr(durable, "DURABLE_WINDOW_BYTES", 5 * size + 2)
     for name in ("d1", "d2"):
         sim.send(client, Ack(name, 1))
     for _ in range(40):
@@ -417,7 +419,7 @@ def test_deliveries_kept_in_memory_and_read_back_from_the_journal_join_without_g
     """Far behind (away, or not acknowledging), a client is sent the oldest deliveries from
     the journal and the latest from memory, each once and in order."""
     monkeypatch.setattr(durable, "RECENT", 7)
-    monkeypatch.setattr(durable, "WINDOW", 5)
+    monkeypatch.setattr(durable, "DURABLE_WINDOW", 5)
     sim = _overlay(8)
     pub = Publisher(sim, sim.attach("pa", "A"))
     subs = [Subscriber(sim, sim.attach(name, "C")) for name in ("s1", "s2")]

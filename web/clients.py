@@ -28,7 +28,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from padres.broker.durable import WINDOW, WINDOW_BYTES
 from padres.client.connection import Client, ClientState, SubscriptionHandle
 from padres.client.transport import AttachedTransport
 from padres.errors import (
@@ -49,6 +48,8 @@ from padres.model.messages import (
     check_id,
 )
 from padres.model.protocol import (
+    DURABLE_WINDOW,
+    DURABLE_WINDOW_BYTES,
     CompositeNotify,
     Durable,
     Envelope,
@@ -83,7 +84,7 @@ READ_AHEAD: Final = (256, 256 << 10)
 """Deliveries, and bytes of them, a REST subscription's client holds for its reader."""
 LIVE_QUEUE: Final = 1 << 20
 """Bytes of deliveries a plain REST subscription may queue at the broker (a durable one's
-are bounded by its window, ``WINDOW_BYTES``)."""
+are bounded by its window, ``DURABLE_WINDOW_BYTES``)."""
 OPEN_PER_ACCOUNT: Final = 64
 """REST subscriptions one account (or, without accounts, the API) may have open at once:
 plain ones, and durable ones while a stream reads them. With ``LIVE_QUEUE`` and
@@ -488,8 +489,8 @@ async def _resumed(client: Client, sub: RestSubscription, acked: int) -> Subscri
             durable=sub.id,
             after=acked,
             auto_ack=False,
-            max_pending=WINDOW,
-            max_pending_bytes=WINDOW_BYTES,
+            max_pending=DURABLE_WINDOW,
+            max_pending_bytes=DURABLE_WINDOW_BYTES,
             priority=sub.priority,
             scope=sub.scope,
         )

@@ -2,8 +2,9 @@
 
 A durable subscription lives at its edge broker, in the broker's journal: it outlasts its
 client's connection and the broker's own restarts. What it matches is queued there, numbered
-(``Notify.seq``), and sent to the client when it is connected, at most ``WINDOW`` deliveries
-and ``WINDOW_BYTES`` ahead of its acknowledgements (``Ack``); the rest waits on disk. The
+(``Notify.seq``), and sent to the client when it is connected, at most ``DURABLE_WINDOW``
+deliveries and ``DURABLE_WINDOW_BYTES`` ahead of its acknowledgements (``Ack``; both in
+``padres.model.protocol``, which the client reads them from); the rest waits on disk. The
 latest deliveries queued are also kept in memory (``RECENT``, ``RECENT_BYTES``,
 ``RECENT_TOTAL_BYTES``), so that a client catching up is sent them without reading them back
 from the journal. While the client is away the queue is bounded (``Quotas.durable_queued``
@@ -62,6 +63,8 @@ from padres.matching.matcher import matches
 from padres.model.messages import Origin, Publication, Subscription
 from padres.model.producers import ranges_of, take
 from padres.model.protocol import (
+    DURABLE_WINDOW,
+    DURABLE_WINDOW_BYTES,
     Ack,
     Error,
     Outcome,
@@ -79,20 +82,11 @@ __all__ = [
     "RECENT_TOTAL_BYTES",
     "REFRESH",
     "STALLED",
-    "WINDOW",
-    "WINDOW_BYTES",
     "Durables",
 ]
 
 log = logging.getLogger("padres.broker")
 
-WINDOW: Final = 20_000
-"""Deliveries a durable subscription sends ahead of its client's acknowledgements, at most."""
-WINDOW_BYTES: Final = 4 << 20
-"""Bytes of deliveries the durable subscriptions of one client send ahead of its
-acknowledgements, together, at most (one delivery of each always goes, however large); well
-below a client's queue at its broker (``padres.runtime.node.Limits.client_queue``), so that
-none is dropped on the way."""
 READ: Final = 1_000
 """Deliveries read back from the journal at a time to be sent (the window may take fewer)."""
 RECENT: Final = 10_000
@@ -242,7 +236,10 @@ class _Durable:
         """Whether a delivery of ``size`` bytes may go now, by the window."""
         if not self.flight:
             return True
-        return self.sent - self.record.acked < WINDOW and self.window.used + size <= WINDOW_BYTES
+        return (
+            self.sent - self.record.acked < DURABLE_WINDOW
+            and self.window.used + size <= DURABLE_WINDOW_BYTES
+        )
 
 
 class Durables:
@@ -525,7 +522,9 @@ class Durables:
                 out.append((hop, delivery(pub, (record.name,), seq, tag)))
                 continue
             until = recent[0][0] if recent else record.next
-            count = min(WINDOW - (durable.sent - record.acked), until - durable.sent - 1, READ)
+            count = min(
+                DURABLE_WINDOW - (durable.sent - record.acked), until - durable.sent - 1, READ
+            )
             rows = self.journal.queued(record, durable.sent, max(1, count))
             if not rows:
                 break

@@ -62,7 +62,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from msgspec.structs import replace
 
-from padres.broker.durable import WINDOW, WINDOW_BYTES
 from padres.client.handling import Handler, Sequencer
 from padres.client.outcomes import Outcomes
 from padres.client.pending import (
@@ -96,6 +95,8 @@ from padres.model.messages import (
     Unsubscribe,
 )
 from padres.model.protocol import (
+    DURABLE_WINDOW,
+    DURABLE_WINDOW_BYTES,
     MAX_FRAME_MESSAGES,
     Ack,
     CompositeNotify,
@@ -716,7 +717,7 @@ class Client:
                 when_full=when_full,
                 sequencer=sequencer,
             )
-        if limits[0] < WINDOW or limits[1] < WINDOW_BYTES:
+        if limits[0] < DURABLE_WINDOW or limits[1] < DURABLE_WINDOW_BYTES:
             log.warning(
                 "%s: durable subscription %s may hold %d deliveries and %d bytes, less than "
                 "the broker sends ahead of acknowledgements (%d, %d): when it is full, nothing "
@@ -724,8 +725,8 @@ class Client:
                 self.name,
                 durable,
                 *limits,
-                WINDOW,
-                WINDOW_BYTES,
+                DURABLE_WINDOW,
+                DURABLE_WINDOW_BYTES,
             )
         handle = SubscriptionHandle(
             self,

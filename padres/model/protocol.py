@@ -477,6 +477,16 @@ class Ack(WireMessage, frozen=True, tag="ack"):
     seq: Count
 
 
+DURABLE_WINDOW: Final = 20_000
+"""Deliveries a durable subscription sends ahead of its client's acknowledgements (``Ack``),
+at most."""
+DURABLE_WINDOW_BYTES: Final = 4 << 20
+"""Bytes of deliveries the durable subscriptions of one client send ahead of its
+acknowledgements, together, at most (one delivery of each always goes, however large); well
+below a client's queue at its broker (``padres.runtime.node.Limits.client_queue``), so that
+none is dropped on the way."""
+
+
 class Failed(WireMessage, frozen=True, tag="failed"):
     """The handler of subscription ``subscription`` failed on ``publication`` ``attempts``
     times, the last time with ``error``: the broker puts it into the subscription's exception
