@@ -5,64 +5,56 @@ into it (``historic.inbox``); a database node's internal subscriptions run SQL f
 sent (``historic.internal``)."""
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:
-    from historic.errors import (
-        InboxError,
-        OutboxError,
-        RuleError,
-        StatementFailed,
-        StoreError,
-        StoreUnavailable,
-    )
-    from historic.inbox import AtomicConsumer, TransactionalInbox
-    from historic.internal import InternalSubscription, parse_internal
-    from historic.outbox import OutboxRelay, TransactionalOutbox
-    from historic.rules import Rule, Rules
-    from historic.store import Store
+if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
+    from historic.errors import InboxError as InboxError
+    from historic.errors import OutboxError as OutboxError
+    from historic.errors import RuleError as RuleError
+    from historic.errors import StatementFailed as StatementFailed
+    from historic.errors import StoreError as StoreError
+    from historic.errors import StoreUnavailable as StoreUnavailable
+    from historic.inbox import AtomicConsumer as AtomicConsumer
+    from historic.inbox import TransactionalInbox as TransactionalInbox
+    from historic.internal import InternalSubscription as InternalSubscription
+    from historic.internal import parse_internal as parse_internal
+    from historic.outbox import OutboxRelay as OutboxRelay
+    from historic.outbox import TransactionalOutbox as TransactionalOutbox
+    from historic.rules import Rule as Rule
+    from historic.rules import Rules as Rules
+    from historic.store import Store as Store
 
-_HOMES = {
-    "AtomicConsumer": "inbox",
-    "InboxError": "errors",
-    "TransactionalInbox": "inbox",
-    "OutboxError": "errors",
-    "Rule": "rules",
-    "RuleError": "errors",
-    "Rules": "rules",
-    "InternalSubscription": "internal",
-    "StatementFailed": "errors",
-    "parse_internal": "internal",
-    "StoreError": "errors",
-    "StoreUnavailable": "errors",
-    "OutboxRelay": "outbox",
-    "TransactionalOutbox": "outbox",
-    "Store": "store",
+_HOMES: Final = {
+    "InboxError": "historic.errors",
+    "OutboxError": "historic.errors",
+    "RuleError": "historic.errors",
+    "StatementFailed": "historic.errors",
+    "StoreError": "historic.errors",
+    "StoreUnavailable": "historic.errors",
+    "AtomicConsumer": "historic.inbox",
+    "TransactionalInbox": "historic.inbox",
+    "InternalSubscription": "historic.internal",
+    "parse_internal": "historic.internal",
+    "OutboxRelay": "historic.outbox",
+    "TransactionalOutbox": "historic.outbox",
+    "Rule": "historic.rules",
+    "Rules": "historic.rules",
+    "Store": "historic.store",
 }
 """Where each public name lives: imported on first use, as SQLAlchemy takes a while to load,
 and the command line, which imports ``historic.cli``, needs it only to run ``padres db``."""
 
-__all__ = [
-    "AtomicConsumer",
-    "InboxError",
-    "InternalSubscription",
-    "OutboxError",
-    "OutboxRelay",
-    "Rule",
-    "RuleError",
-    "Rules",
-    "StatementFailed",
-    "Store",
-    "StoreError",
-    "StoreUnavailable",
-    "TransactionalInbox",
-    "TransactionalOutbox",
-    "parse_internal",
-]
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'historic' has no attribute {name!r}")
-    return getattr(import_module(f"historic.{home}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # found without this function from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

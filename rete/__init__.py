@@ -8,26 +8,57 @@ shared alpha nodes evaluated once per fact. The beta network joins composite par
 memories hash-indexed on the shared variables. Conditions come and go at any time.
 """
 
-from rete.beta import Activation
-from rete.conditions import Bind, Composite, Conjunction, Fact, Test
-from rete.limits import CompositeLimits, Policy
-from rete.network import DuplicateCondition, Network, Result, UnknownCondition
-from rete.operators import Op, Value, evaluate
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = [
-    "Activation",
-    "Bind",
-    "Composite",
-    "CompositeLimits",
-    "Conjunction",
-    "DuplicateCondition",
-    "Fact",
-    "Network",
-    "Op",
-    "Policy",
-    "Result",
-    "Test",
-    "UnknownCondition",
-    "Value",
-    "evaluate",
-]
+if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
+    from rete.beta import Activation as Activation
+    from rete.conditions import Bind as Bind
+    from rete.conditions import Composite as Composite
+    from rete.conditions import Conjunction as Conjunction
+    from rete.conditions import Fact as Fact
+    from rete.conditions import Test as Test
+    from rete.limits import CompositeLimits as CompositeLimits
+    from rete.limits import Policy as Policy
+    from rete.network import DuplicateCondition as DuplicateCondition
+    from rete.network import Network as Network
+    from rete.network import Result as Result
+    from rete.network import UnknownCondition as UnknownCondition
+    from rete.operators import Op as Op
+    from rete.operators import Value as Value
+    from rete.operators import evaluate as evaluate
+
+_HOMES: Final = {
+    "Activation": "rete.beta",
+    "Bind": "rete.conditions",
+    "Composite": "rete.conditions",
+    "Conjunction": "rete.conditions",
+    "Fact": "rete.conditions",
+    "Test": "rete.conditions",
+    "CompositeLimits": "rete.limits",
+    "Policy": "rete.limits",
+    "DuplicateCondition": "rete.network",
+    "Network": "rete.network",
+    "Result": "rete.network",
+    "UnknownCondition": "rete.network",
+    "Op": "rete.operators",
+    "Value": "rete.operators",
+    "evaluate": "rete.operators",
+}
+"""Where each public name lives: imported on first use, so that the conditions and operators
+(which the message model uses) load without the network and NumPy."""
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # found without this function from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,68 +3,60 @@ catalog of per-file statistics in SQL, and answered for historic subscriptions w
 (see ``docs/archives.md``)."""
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:
-    from spark.archive import Archive, Plan
-    from spark.catalog import Catalog, LoadRecord
-    from spark.errors import (
-        AlreadyLoaded,
-        ArchiveError,
-        CatalogError,
-        InputError,
-        JavaMissing,
-        UnknownLoad,
-    )
-    from spark.inputs import Format, Period, Reading
-    from spark.load import LoadReport, load
-    from spark.plan import may_match, prune
+if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
+    from spark.archive import Archive as Archive
+    from spark.archive import Plan as Plan
+    from spark.catalog import Catalog as Catalog
+    from spark.catalog import LoadRecord as LoadRecord
+    from spark.errors import AlreadyLoaded as AlreadyLoaded
+    from spark.errors import ArchiveError as ArchiveError
+    from spark.errors import CatalogError as CatalogError
+    from spark.errors import InputError as InputError
+    from spark.errors import JavaMissing as JavaMissing
+    from spark.errors import UnknownLoad as UnknownLoad
+    from spark.inputs import Format as Format
+    from spark.inputs import Period as Period
+    from spark.inputs import Reading as Reading
+    from spark.load import LoadReport as LoadReport
+    from spark.load import load as load
+    from spark.plan import may_match as may_match
+    from spark.plan import prune as prune
 
-_HOMES = {
-    "Archive": "archive",
-    "Plan": "archive",
-    "Catalog": "catalog",
-    "LoadRecord": "catalog",
-    "AlreadyLoaded": "errors",
-    "ArchiveError": "errors",
-    "CatalogError": "errors",
-    "InputError": "errors",
-    "JavaMissing": "errors",
-    "UnknownLoad": "errors",
-    "Format": "inputs",
-    "Period": "inputs",
-    "Reading": "inputs",
-    "LoadReport": "load",
-    "load": "load",
-    "may_match": "plan",
-    "prune": "plan",
+_HOMES: Final = {
+    "Archive": "spark.archive",
+    "Plan": "spark.archive",
+    "Catalog": "spark.catalog",
+    "LoadRecord": "spark.catalog",
+    "AlreadyLoaded": "spark.errors",
+    "ArchiveError": "spark.errors",
+    "CatalogError": "spark.errors",
+    "InputError": "spark.errors",
+    "JavaMissing": "spark.errors",
+    "UnknownLoad": "spark.errors",
+    "Format": "spark.inputs",
+    "Period": "spark.inputs",
+    "Reading": "spark.inputs",
+    "LoadReport": "spark.load",
+    "load": "spark.load",
+    "may_match": "spark.plan",
+    "prune": "spark.plan",
 }
 """Where each public name lives: imported on first use, as PyArrow and pandas take a second
 to load, and the command line, which imports ``spark.cli``, needs neither."""
 
-__all__ = [
-    "AlreadyLoaded",
-    "Archive",
-    "ArchiveError",
-    "Catalog",
-    "CatalogError",
-    "Format",
-    "InputError",
-    "JavaMissing",
-    "LoadRecord",
-    "LoadReport",
-    "Period",
-    "Plan",
-    "Reading",
-    "UnknownLoad",
-    "load",
-    "may_match",
-    "prune",
-]
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'spark' has no attribute {name!r}")
-    return getattr(import_module(f"spark.{home}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # found without this function from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
 import historic
 import historic.errors
 import padres
@@ -60,3 +66,27 @@ def test_the_packages_above_padres_resolve_every_public_name_on_first_use() -> N
     for package in (historic, spark):
         for name in package.__all__:
             assert getattr(package, name) is not None, (package.__name__, name)
+
+
+@pytest.mark.parametrize("name", ["padres", "rete", "historic", "spark"])
+def test_type_checkers_see_the_names_that_load_on_first_use(name: str) -> None:
+    """Each package imports its public names on first use (``__getattr__``); the imports under
+    ``TYPE_CHECKING``, all that mypy and editors see, name the same ones, and ``dir`` lists
+    them."""
+    package = importlib.import_module(name)
+    tree = ast.parse(Path(str(package.__file__)).read_text())
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    seen = {
+        alias.asname or alias.name
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == set(package.__all__)
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        package.Nothing  # noqa: B018
