@@ -2,7 +2,8 @@
 ``padres db rule add|list|remove``, the rules that publish a table's changes through its
 outbox (``historic.rules``); and the benchmarks of the historic path (``padres bench
 history|replay|peers``). They reach the command line through the ``padres.commands`` and
-``padres.benchmarks`` entry points."""
+``padres.benchmarks`` entry points, which load this module to list the commands (``padres
+--help``): what a command needs beyond its arguments is imported when it runs."""
 
 from __future__ import annotations
 
@@ -13,16 +14,13 @@ from typing import Any
 
 import orjson
 
-from padres.cli.bench import data_and_json, show
-from padres.cli.client import DEFAULT_BROKER
+from padres.cli.addresses import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.detach import add_detach_option, announce
+from padres.cli.figures import data_and_json, show
 from padres.cli.logs import add_log_options
-from padres.cli.nodes import attach, run_node, until_stopped
 from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, InvalidMessage, ParseError
-from padres.language.parser import parse_filter
-from padres.model.printer import format_filter
 from padres.runtime import collector
 
 
@@ -83,6 +81,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from padres.cli.nodes import run_node
+
     if args.id is None:
         raise CommandError("--id is needed to run a database node")
     # The client's losses and reconnections matter to a database: logged even when quiet.
@@ -95,6 +95,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from historic.internal import distinct, parse_internal
     from historic.node import DatabaseNode  # imports SQLAlchemy: only when the command runs
     from historic.store import Store
+    from padres.cli.nodes import attach, until_stopped
+    from padres.language.parser import parse_filter
+    from padres.model.printer import format_filter
 
     brokers = args.broker or [DEFAULT_BROKER]
     try:

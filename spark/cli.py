@@ -1,10 +1,11 @@
 """``padres archive``: load historic publications into a Parquet archive with Spark, query it,
-and offer it to the brokers for replay (see ``docs/archives.md``)."""
+and offer it to the brokers for replay (see ``docs/archives.md``). The ``padres.commands``
+entry point loads this module to list the command (``padres --help``): what a command needs
+beyond its arguments is imported when it runs."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import signal
 import sys
@@ -12,22 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from padres.cli.bench import data_and_json, show
+from padres.cli.addresses import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
+from padres.cli.figures import data_and_json, show
 from padres.cli.logs import add_log_options
-from padres.cli.nodes import attach, run_node, until_stopped
 from padres.errors import CommandError, InvalidMessage, ParseError
-from padres.language.parser import parse_filter
-from padres.model.codec import encode
-from padres.model.printer import format_message
-from padres.model.times import format_time, parse_time
 from spark.errors import AlreadyLoaded
 from spark.session import DEFAULT_LOG, LOG_LEVELS
 
 if TYPE_CHECKING:
     from spark.archive import Archive
-
-DEFAULT_BROKER = "ws://127.0.0.1:8001"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -199,6 +194,10 @@ def _existing(args: argparse.Namespace) -> Iterator[Archive]:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    from padres.language.parser import parse_filter
+    from padres.model.codec import encode
+    from padres.model.printer import format_message
+    from padres.model.times import format_time
     from spark.archive import LOCAL_ROWS
     from spark.query import spark_query
 
@@ -237,6 +236,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def run_files(args: argparse.Namespace) -> int:
+    from padres.model.times import format_time
     from spark.progress import size
 
     with _existing(args) as archive:
@@ -279,6 +279,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def run_move(args: argparse.Namespace) -> int:
+    from padres.model.times import format_time, parse_time
     from spark.inputs import Period
     from spark.move import move
 
@@ -319,12 +320,17 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from padres.cli.nodes import run_node
+
     return run_node(
         _serve(args), quiet=args.quiet, log="padres.archive", log_format=args.log_format
     )
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from padres.cli.nodes import attach, until_stopped
     from spark.archive import Archive
     from spark.node import ArchiveNode
 

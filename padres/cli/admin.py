@@ -12,22 +12,19 @@ import urllib.parse
 import urllib.request
 from typing import Any, Final
 
-from padres.cli.client import DEFAULT_BROKER
+from padres.cli.addresses import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.errors import CommandError
 from padres.model.protocol import http_url
 from padres.security.tls import client_context
 
-__all__ = ["register"]
+__all__ = ["arguments"]
 
 TIMEOUT: Final = 10.0
 """Seconds a request to the broker may take."""
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser(
-        "admin", help="operate a running broker: durable subscriptions, clients"
-    )
+def arguments(p: argparse.ArgumentParser) -> None:
     verbs = p.add_subparsers(dest="verb", required=True, metavar="ACTION")
     ls = verbs.add_parser("durables", help="the durable subscriptions a broker keeps")
     _options(ls)

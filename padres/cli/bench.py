@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from padres.bench import fuzz, guaranteed, hosted, match, network, overlay, parse
 from padres.broker import Covering
+from padres.cli.figures import data_and_json, show
 from padres.cli.inputs import positive
 from padres.cli.plugins import plug_in
 
 
-def register(commands: Any) -> None:
+def arguments(p: argparse.ArgumentParser) -> None:
     """``padres bench``, with the benchmarks of this package and those that packages above it
     declare under the ``padres.benchmarks`` entry point (a function given the subparsers)."""
-    p = commands.add_parser("bench", help="run a benchmark and print its figures")
     benches = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     b = benches.add_parser("parse", help="PADRES text parse speed on the real stock quotes")
     b.add_argument(
@@ -172,15 +168,3 @@ def run_fuzz(args: argparse.Namespace) -> int:
     result = fuzz.run(args.seconds, args.seed, args.broker, slowed=args.slowed)
     show(args, result, fuzz.report)
     return 1 if result["violations"] else 0
-
-
-def show(args: argparse.Namespace, result: dict[str, Any], report: Callable[..., str]) -> None:
-    """The figures as one JSON object with ``--json``, else as the benchmark's report."""
-    print(orjson.dumps(result).decode() if args.json else report(result))
-
-
-def data_and_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data", type=Path, help="stock quotes (default: the full set, else the sample)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")

@@ -14,6 +14,7 @@ from padres.broker import Broker
 from padres.broker.config import BrokerConfig
 from padres.broker.journal import Journal
 from padres.broker.sqlite_journal import SqliteJournal, Sync
+from padres.cli.addresses import DEFAULT_PORT
 from padres.cli.config import add_config_options, config_from_args
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.detach import WAIT, add_detach_option, announce, detached
@@ -30,11 +31,12 @@ from padres.security.tls import ServerTLS
 MIB = 1 << 20
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser("broker", help="run a broker: WebSocket for clients and neighbours")
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", required=True, help="the broker's id in the overlay, unique")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8001, help="port to listen on (0: any free one)")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="port to listen on (0: any free one)"
+    )
     p.add_argument(
         "--neighbour",
         action="append",

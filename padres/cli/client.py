@@ -9,11 +9,12 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import orjson
 from msgspec.structs import replace
 
+from padres.cli.addresses import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.detach import add_detach_option, announce, detached
 from padres.cli.inputs import positive, read_lines
@@ -52,11 +53,9 @@ from padres.model.protocol import (
 from padres.runtime.backoff import Backoff
 from rete.operators import Op
 
-DEFAULT_BROKER: Final = "ws://127.0.0.1:8001"
 CONNECT_WAIT: Final = 10.0
 """Seconds a command goes on dialling brokers that cannot be reached (one just started takes
 a moment to listen) before it gives up, by default (``--wait``)."""
-"""The broker the client commands and database nodes dial unless told another."""
 
 SHELL_HELP = """commands (PADRES' own):
   a FILTER        advertise             s FILTER        subscribe
@@ -69,12 +68,12 @@ SHELL_HELP = """commands (PADRES' own):
   batch FILE      run a batch file      help, quit"""
 
 
-def register(commands: Any) -> None:
-    c = commands.add_parser("client", help="interactive client shell (PADRES' commands)")
+def shell_arguments(c: argparse.ArgumentParser) -> None:
     _connection_options(c)
     c.set_defaults(run=run_shell)
 
-    p = commands.add_parser("pub", help="publish publications and exit")
+
+def pub_arguments(p: argparse.ArgumentParser) -> None:
     _connection_options(p)
     p.add_argument("publications", nargs="*", help="publications in PADRES syntax")
     p.add_argument(
@@ -116,7 +115,8 @@ def register(commands: Any) -> None:
     )
     p.set_defaults(run=run_pub)
 
-    s = commands.add_parser("sub", help="subscribe and print what arrives")
+
+def sub_arguments(s: argparse.ArgumentParser) -> None:
     _connection_options(s)
     s.add_argument("filter", help="subscription filter, or composite subscription with {...}")
     s.add_argument("--json", action="store_true", help="print each delivery as a JSON line")

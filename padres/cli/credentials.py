@@ -1,10 +1,16 @@
-"""The options with which a command authenticates to a broker that has accounts."""
+"""The options with which a command authenticates to a broker that has accounts.
+
+Commands of the packages above ``padres`` add these options when they are listed
+(``padres --help``): the accounts module, which loads Argon2 and the matcher, is imported
+only when the credentials are asked for."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from padres.security.accounts import Credentials
+if TYPE_CHECKING:
+    from padres.security.accounts import Credentials
 
 __all__ = ["add_credential_options", "credentials"]
 
@@ -24,4 +30,6 @@ def add_credential_options(p: argparse.ArgumentParser, who: str = "this client")
 
 def credentials(args: argparse.Namespace) -> Credentials:
     """The credentials the options give, completed from the environment."""
+    from padres.security.accounts import Credentials
+
     return Credentials.from_env(args.user or "", args.password or "", args.token or "")

@@ -7,7 +7,6 @@ import asyncio
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 
@@ -16,18 +15,16 @@ from padres.errors import CommandError, ConnectionLost, RequestFailed
 from padres.model.printer import format_message
 from padres.model.protocol import ExceptionEntry, ExceptionReport, envelope_to_dict
 
-__all__ = ["register"]
+__all__ = ["arguments"]
 
 ACTIONS = ("list", "show", "replay", "purge")
 
 
-def register(commands: Any) -> None:
-    e = commands.add_parser(
-        "exceptions",
-        help="list, show, replay or purge a subscription's exception queue",
-        description="The publications a subscriber's handler kept failing on, kept at its "
-        "broker: list them, show some, deliver them again through the handler (replay), or "
-        "remove them (purge).",
+def arguments(e: argparse.ArgumentParser) -> None:
+    e.description = (
+        "The publications a subscriber's handler kept failing on, kept at its broker: list "
+        "them, show some, deliver them again through the handler (replay), or remove them "
+        "(purge)."
     )
     e.add_argument("action", choices=ACTIONS)
     e.add_argument("entries", nargs="*", type=int, help="entry ids (default: every entry)")

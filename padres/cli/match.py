@@ -23,12 +23,10 @@ from padres.model.printer import format_message, format_value
 from rete.limits import CompositeLimits, Policy
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser(
-        "match",
-        help="match publications against subscriptions",
-        description="For each publication, print the subscriptions it matches and the composite "
-        "subscriptions it completes (with their publications and bindings).",
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "For each publication, print the subscriptions it matches and the composite "
+        "subscriptions it completes (with their publications and bindings)."
     )
     p.add_argument("--subs", required=True, metavar="FILE", help="subscriptions (s / cs lines)")
     p.add_argument(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 from padres.cli.inputs import expand, read_lines
 from padres.errors import ParseError
@@ -14,12 +13,10 @@ from padres.model.codec import encode
 from padres.model.printer import format_batch_line
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser(
-        "parse",
-        help="validate PADRES messages or batch files",
-        description="Check every line; print each message as a normalized batch line (or JSON "
-        "with --json); report every bad line with its position and exit 1 if there was one.",
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Check every line; print each message as a normalized batch line (or JSON with "
+        "--json); report every bad line with its position and exit 1 if there was one."
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="files or directories; - for stdin")
     p.add_argument("--json", action="store_true", help="print the JSON wire form, one per line")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.errors import CommandError, InvalidMessage, PadresError
@@ -49,7 +48,7 @@ from padres.model.times import parse_time
 from padres.security.files import private_directory
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 
-__all__ = ["Topology", "read_topology", "register"]
+__all__ = ["Topology", "arguments", "read_topology"]
 
 
 @dataclass
@@ -111,10 +110,7 @@ def read_topology(lines: Iterable[str], origin: str = "") -> Topology:
 _STARTERS = ("startbroker", "startclient")
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser(
-        "run", help="run PADRES' demo material: a start script's overlay and batch files"
-    )
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("script", help="PADRES start script (startbroker / startclient lines)")
     p.add_argument(
         "batches",

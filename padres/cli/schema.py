@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from padres.cli.client import _connect, _connection_options
 from padres.client.connection import Client
@@ -13,10 +12,7 @@ from padres.errors import CommandError, ConnectionLost, InvalidMessage, RequestF
 from padres.model.printer import format_value
 
 
-def register(commands: Any) -> None:
-    s = commands.add_parser(
-        "schema", help="declare, drop or list the schemas of typed event classes"
-    )
+def arguments(s: argparse.ArgumentParser) -> None:
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     d = actions.add_parser(

@@ -7,7 +7,6 @@ import argparse
 import getpass
 import os
 import sys
-from typing import Any
 
 from padres.errors import CommandError
 from padres.model.printer import format_filter
@@ -23,13 +22,12 @@ from padres.security.accounts import (
     parse_age,
 )
 
-__all__ = ["register"]
+__all__ = ["arguments"]
 
 DEFAULT_FILE = "accounts.toml"
 
 
-def register(commands: Any) -> None:
-    p = commands.add_parser("user", help="manage the accounts file of brokers with security")
+def arguments(p: argparse.ArgumentParser) -> None:
     where = f"the accounts file (default: $PADRES_ACCOUNTS or {DEFAULT_FILE})"
     p.add_argument(
         "--accounts",
