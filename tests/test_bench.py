@@ -45,3 +45,14 @@ def test_bench_parse(capsys: pytest.CaptureFixture[str]) -> None:
     result = orjson.loads(capsys.readouterr().out)
     assert result["lines"] == 300
     assert result["text_lines_per_s"] > 0 and result["json_lines_per_s"] > 0
+
+
+def test_bench_startup(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every case runs to its end (a command that fails fails the benchmark)."""
+    assert main(["bench", "startup", "--repeat", "1", "--json"]) == 0
+    result = orjson.loads(capsys.readouterr().out)
+    cases = result["cases"]
+    assert {"padres --help", "padres pub (1 publication)", "the interpreter alone"} <= set(cases)
+    for trees in cases.values():
+        assert list(trees) == ["this"]
+        assert trees["this"]["wall_ms"] > 0 and trees["this"]["cpu_ms"] > 0

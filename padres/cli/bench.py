@@ -7,7 +7,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from padres.bench import fuzz, guaranteed, hosted, match, network, overlay, parse
+from padres.bench import fuzz, guaranteed, hosted, match, network, overlay, parse, startup
 from padres.broker import Covering
 from padres.cli.figures import data_and_json, show
 from padres.cli.inputs import positive
@@ -106,6 +106,16 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     f.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     f.set_defaults(run=run_fuzz)
+    s = benches.add_parser("startup", help="how long the command line takes to start")
+    s.add_argument("--repeat", type=positive(int), default=10, help="runs of each case")
+    s.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="another checkout, its runs alternating with these: before and after a change",
+    )
+    s.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    s.set_defaults(run=run_startup)
     for plugin in entry_points(group="padres.benchmarks"):
         plug_in(plugin, benches)
 
@@ -161,6 +171,12 @@ def run_network(args: argparse.Namespace) -> int:
 def run_guaranteed(args: argparse.Namespace) -> int:
     result = guaranteed.run(args.count, args.repeat, args.rate, args.journal)
     show(args, result, guaranteed.report)
+    return 0
+
+
+def run_startup(args: argparse.Namespace) -> int:
+    result = startup.run(args.repeat, args.against)
+    show(args, result, startup.report)
     return 0
 
 
