@@ -79,13 +79,14 @@ def build_parser(words: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="show program's version number and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The options before the command take no value: the first other word names it.
     named = None if words is None else next((w for w in words if not w.startswith("-")), "")
     for name, command in COMMANDS.items():
         p = commands.add_parser(name, help=command.help)
         if named in (None, name):
             module, function = command.arguments.split(":")
             getattr(import_module(module), function)(p)
-    if named not in COMMANDS:  # db, archive: from historic and spark
+    if named not in COMMANDS:  # db, archive: from historic and spark, in the package metadata
         from importlib.metadata import entry_points
 
         from padres.cli.plugins import plug_in
