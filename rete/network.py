@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,6 +15,7 @@ from rete.conditions import Bind, Composite, Conjunction, Fact, TemporalComposit
 from rete.limits import CompositeLimits, Policy
 from rete.memory import AlphaMemory, Expiry, Holders, Stored
 from rete.operators import Value
+from rete.snapshot import Expiring, Held, JoinState, Snapshot
 from rete.temporal import Inlet, TemporalNode
 
 __all__ = ["DuplicateCondition", "Network", "Result", "UnknownCondition"]
@@ -336,6 +338,84 @@ class Network:
         if window is not None and kept:
             self._expiry.push(fact.timestamp, seq, kept)
         return activations
+
+    # -- partial matches, to keep -------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The partial matches of the network's composites, as plain values (``rete.snapshot``);
+        only for a network that shares no memories."""
+        if self._share:
+            raise ValueError("a network sharing memories between composites has no snapshot")
+        facts: list[Any] = []
+        places: dict[int, int] = {}
+
+        def place(fact: Any) -> int:
+            found = places.get(id(fact))
+            if found is None:
+                found = places[id(fact)] = len(facts)
+                facts.append(fact)
+            return found
+
+        nodes = list(self._composite.values())
+        joins = [
+            JoinState(
+                list(node.added),
+                [
+                    [Held(s.seq, place(s.fact), s.bindings) for s in memory.entries.values()]
+                    for memory in node.memories
+                ],
+            )
+            for node in nodes
+        ]
+        where = {id(m): (j, p) for j, node in enumerate(nodes) for p, m in enumerate(node.memories)}
+        expiring = [
+            Expiring(ts, seq, [where[id(m)] for m in memories if seq in m.entries])
+            for ts, seq, memories in self._expiry.heap
+        ]
+        temporal = [node.export(place) for node in self._temporal.values()]
+        return Snapshot(
+            facts,
+            self._seq,
+            self._clock,
+            self._ahead,
+            self._evicted,
+            self._late,
+            self._early,
+            self._expiry.newest,
+            self._expiry.horizon,
+            [e for e in expiring if e.parts],
+            joins,
+            temporal,
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take up the partial matches of ``snapshot``, taken of a network holding the same
+        composite conditions, added in the same order; this one has matched nothing yet.
+        ``ValueError`` if the conditions differ."""
+        nodes = list(self._composite.values())
+        temporal = list(self._temporal.values())
+        if len(nodes) != len(snapshot.joins) or len(temporal) != len(snapshot.temporal):
+            raise ValueError("the snapshot is of a network with other composites")
+        facts = snapshot.facts
+        for node, state in zip(nodes, snapshot.joins, strict=True):
+            if len(state.memories) != len(node.memories) or len(state.added) != len(node.added):
+                raise ValueError("the snapshot is of a composite with other parts")
+            node.added[:] = state.added
+            for memory, held in zip(node.memories, state.memories, strict=True):
+                memory.added[:] = state.added
+                for h in held:
+                    memory.store(Stored(h.number, facts[h.fact], h.bindings))
+        for tnode, tstate in zip(temporal, snapshot.temporal, strict=True):
+            tnode.restore(tstate, facts)
+        self._expiry.heap = [
+            (e.timestamp, e.number, [nodes[j].memories[p] for j, p in e.parts])
+            for e in snapshot.expiring
+        ]
+        heapq.heapify(self._expiry.heap)
+        self._expiry.newest, self._expiry.horizon = snapshot.newest, snapshot.horizon
+        self._seq, self._clock, self._ahead = snapshot.seq, snapshot.clock, snapshot.ahead
+        self._evicted, self._late, self._early = snapshot.evicted, snapshot.late, snapshot.early
+        self._prefetched = {}
 
     def prepare(self) -> None:
         """Fold every condition added so far into the indexes now, rather than lazily at the

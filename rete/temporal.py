@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from rete.beta import Activation, _plan, _Step
 from rete.conditions import Bind, Fact, TemporalComposite
 from rete.limits import CompositeLimits, Consumption, Policy
 from rete.operators import Value
+from rete.snapshot import Buffered, Held, TemporalState, Waiting
 
 __all__ = ["Inlet", "TemporalNode"]
 
@@ -432,6 +433,58 @@ class TemporalNode:
         return True
 
     # -- state ---------------------------------------------------------------------------------
+
+    def export(self, place: Callable[[Any], int]) -> TemporalState:
+        """What the node holds (``rete.snapshot``), each fact as ``place`` numbers it."""
+
+        def kept(h: _Held) -> Held:
+            return Held(h.number, place(h.fact), h.bindings)
+
+        return TemporalState(
+            self.newest,
+            self.clock,
+            self.ahead,
+            self.arrivals,
+            self.numbered,
+            self.late,
+            self.early,
+            self.evicted,
+            [Buffered(arrival, place(fact), hits) for _, arrival, fact, hits in self.buffer],
+            [[kept(h) for h in memory.held] for memory in self.memories],
+            [
+                Waiting(
+                    w.pattern, [kept(h) for h in w.held], w.bindings, w.closes_at, w.closes_after
+                )
+                for w in self.waiting
+            ],
+        )
+
+    def restore(self, state: TemporalState, facts: Sequence[Any]) -> None:
+        """Hold what ``state`` says (taken of a node of the same condition), its facts placed
+        in ``facts``; the node holds nothing yet."""
+        if len(state.memories) != len(self.memories):
+            raise ValueError("the snapshot is of a composite with other parts")
+
+        def held(h: Held) -> _Held:
+            fact = facts[h.fact]
+            return _Held(h.number, fact.timestamp, fact, h.bindings)
+
+        self.newest, self.clock, self.ahead = state.newest, state.clock, state.ahead
+        self.arrivals, self.numbered = state.arrivals, state.numbered
+        self.late, self.early, self.evicted = state.late, state.early, state.evicted
+        self.buffer = [
+            (facts[b.fact].timestamp, b.arrival, facts[b.fact], b.hits) for b in state.buffer
+        ]
+        heapq.heapify(self.buffer)
+        for memory, kept in zip(self.memories, state.memories, strict=True):
+            for h in kept:
+                memory.store(held(h))
+        self.waiting = [
+            _Waiting(
+                w.pattern, tuple(held(h) for h in w.held), w.bindings, w.closes_at, w.closes_after
+            )
+            for w in state.waiting
+        ]
 
     def held(self) -> int:
         """Facts held: per part, in the buffer, and in waiting matches."""
