@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from padres.broker.journal import (
     RETENTION,
     DeadLetterQueue,
+    Delivered,
     DurableRecord,
     Journal,
     PreparedPart,
@@ -25,11 +26,11 @@ from padres.broker.journal import (
 from padres.broker.memory_journal import MemoryJournal
 from padres.broker.postgres_journal import PostgresJournal, drop_journal
 from padres.broker.sqlite_journal import SqliteJournal
-from padres.language.parser import parse_subscription
+from padres.language.parser import parse_composite, parse_subscription
 from padres.model.classes import Schema, parse_attributes
 from padres.model.codec import encode
 from padres.model.messages import Publication
-from padres.model.protocol import ExceptionEntry, Outcome, Scope
+from padres.model.protocol import CompositeNotify, ExceptionEntry, Outcome, Scope
 from tests.postgres import LIBPQ, postgres_or_skip, reachable
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -78,6 +79,10 @@ def _record(name: str = "d", owner: str = "c@B") -> DurableRecord:
 
 def _ids(rows: list[tuple[int, Publication, str]]) -> list[tuple[int, str, str]]:
     return [(pos, pub.id, tx) for pos, pub, tx in rows]
+
+
+def _id(item: Delivered) -> str:
+    return item.id if isinstance(item, Publication) else item.subscription
 
 
 def _listed(entries: list[ExceptionEntry]) -> list[tuple[int, str, str, int, bool]]:
@@ -185,7 +190,7 @@ def test_a_durable_queue_reads_in_order_and_drops_from_the_oldest(journal: Journ
     assert sizes[1] == len(encode(_pub(1)))
     journal.commit()
     queued = journal.queued(record, 2, 3)
-    assert [(seq, pub.id, t, size) for seq, pub, t, size in queued] == [
+    assert [(seq, _id(item), t, size) for seq, item, t, size in queued] == [
         (3, "p3", tag, sizes[3]),
         (4, "p4", None, sizes[4]),
         (5, "p5", None, sizes[5]),
@@ -201,6 +206,43 @@ def test_a_durable_queue_reads_in_order_and_drops_from_the_oldest(journal: Journ
     assert journal.oldest(record, 1) == 5
     assert [seq for seq, *_ in journal.queued(record, 0, 10)] == [5, 6, 7]
     assert journal.backlog(other) == (1, len(encode(_pub(99))))
+
+
+def test_a_durable_composite_keeps_its_matches_and_its_partial_matches(journal: Journal) -> None:
+    """A composite subscription's record, its queued matches, and its partial matches as
+    they were written at the last commit (``keep_partial`` writes them then, once)."""
+    record = DurableRecord(
+        "c@B", parse_composite("{[class,eq,'T']} ; {[class,eq,'U']} within 5s", id="w")
+    )
+    match = CompositeNotify("w", (_pub(1), _pub(2)), {"X": 3})
+    journal.save(record)
+    size = journal.enqueue(record, 1, match)
+    assert size == len(encode(match))
+    states = iter([b"first", b"second", b"third"])
+    calls: list[bytes] = []
+
+    def state() -> bytes:
+        calls.append(next(states))
+        return calls[-1]
+
+    journal.keep_partial(record, state)
+    journal.keep_partial(record, state)  # written once, as it is at the commit
+    journal.commit()
+    assert calls == [b"first"]
+    assert journal.partial(record) == b"first"
+    (kept,) = journal.durables()
+    assert kept.subscription == record.subscription
+    assert [(seq, item) for seq, item, _, _ in journal.queued(record, 0, 10)] == [(1, match)]
+    journal.keep_partial(record, state)
+    journal.rollback()  # a crash: what was not committed is lost, and not written
+    assert journal.partial(record) == b"first" and calls == [b"first"]
+    journal.keep_partial(record, state)
+    assert journal.partial(record) == b"second"  # as it would be written now
+    journal.commit()
+    assert journal.partial(record) == b"third"
+    journal.forget(record)
+    journal.commit()
+    assert journal.partial(record) is None and list(journal.durables()) == []
 
 
 def test_a_failed_atomic_write_and_a_rollback_forget_what_was_not_committed(

@@ -3,11 +3,17 @@ way by the guard, schemas, quotas and replies, and a new wrapper cannot be forgo
 
 from __future__ import annotations
 
+import types
 import typing
 
 import msgspec
 
-from padres.language.parser import parse_advertisement, parse_publication, parse_subscription
+from padres.language.parser import (
+    parse_advertisement,
+    parse_composite,
+    parse_publication,
+    parse_subscription,
+)
 from padres.model import protocol
 from padres.model.messages import Publication, Subscription
 from padres.model.protocol import (
@@ -32,6 +38,7 @@ from padres.model.protocol import (
 from padres.model.requests import (
     PublishingWrapper,
     SubscribingWrapper,
+    composite_of,
     publication_of,
     reference,
     subscription_of,
@@ -72,6 +79,15 @@ def test_every_subscribing_form_yields_its_subscription_and_reference() -> None:
         assert reference(message) == "s3"
 
 
+def test_every_composite_form_yields_its_composite_and_reference() -> None:
+    composite = parse_composite("{[class,eq,'stock']} ; {[class,eq,'trade']} within 5s", id="c2")
+    for message in (composite, Durable(composite)):
+        assert composite_of(message) is composite
+        assert subscription_of(message) is None and publication_of(message) is None
+        assert reference(message) == "c2"
+    assert composite_of(Durable(SUB)) is None
+
+
 def test_other_messages_are_neither_and_keep_their_own_reference() -> None:
     adv = parse_advertisement("[class,eq,'stock'],[price,isPresent,0]", id="a1")
     assert publication_of(adv) is None and subscription_of(adv) is None
@@ -81,14 +97,21 @@ def test_other_messages_are_neither_and_keep_their_own_reference() -> None:
 
 
 def _carrying(kind: type) -> set[type]:
-    """The protocol structs with a field of type ``kind``."""
+    """The protocol structs with a field of type ``kind`` (or of a union holding it)."""
     found = set()
     for value in vars(protocol).values():
         if isinstance(value, type) and issubclass(value, msgspec.Struct):
             hints = typing.get_type_hints(value)
-            if any(hint is kind for hint in hints.values()):
+            if any(kind in _alternatives(hint) for hint in hints.values()):
                 found.add(value)
     return found
+
+
+def _alternatives(hint: object) -> tuple[object, ...]:
+    """The types a field's hint allows: those of a union, or the hint itself."""
+    if isinstance(hint, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
 
 
 def test_a_new_wrapper_must_be_declared_a_request_or_not() -> None:

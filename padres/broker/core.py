@@ -191,6 +191,7 @@ class Broker:
             self._new_id,
             lambda: self._now,
             self.quotas,
+            config.composites,
             config.durable_expiry,
         )
         self.durables.restore()
@@ -607,6 +608,8 @@ class Broker:
         """Make or resume a durable subscription; one brought from another broker is let go
         of there (``releases``)."""
         out = self.subscribing.durable(message, session, now)
+        if isinstance(message.subscription, CompositeSubscription):
+            out += self.publishing.windows_closed(now)  # as for a composite: see ``handle``
         sid, roam = message.subscription.id, message.roam
         if roam is None or not self.durables.has(session.name, sid):
             return out

@@ -163,7 +163,7 @@ class DeadLetterQueues:
         since nothing here vouches for the publisher it claims."""
         if message.seq:
             queued = self._durables.delivery(session.name, message.subscription, message.seq)
-            if queued is not None:
+            if isinstance(queued, Publication):
                 return queued
         return stamped(message.publication, session)
 

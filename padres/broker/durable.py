@@ -43,6 +43,16 @@ A transaction's publications (``transactions``) are queued by the subscription's
 (``visibility``), with their transaction and outcome; committed ones are guaranteed
 publications like any other, and keep their transaction through recovery (``Recovered``
 carries it), so that what a subscription sees does not depend on how it came.
+
+A durable composite subscription routes each of its parts (``<id>:<part>``) and matches what
+they bring in a network of its own (``durable_composites``); its deliveries are its matches.
+Its parts follow trees together: one cursor per tree, and one recovery per tree asking for what
+matches any part (``Recover.also``), so that a publication several parts want is taken once.
+While one of its recoveries is under way, and for ``HOLD`` seconds after a restart, it is
+*paused*: what its parts bring waits in its inbox, to be matched in timestamp order once it is
+over, and it does not take the broker's clock (which closes windows with no publication), so
+that the guaranteed publications made while the broker was down, or lost with a link, are
+matched in their place, before time closes a window they fall in.
 """
 
 from __future__ import annotations
@@ -51,16 +61,19 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Final
 
+from padres.broker.durable_composites import DurableComposite
 from padres.broker.echoes import Echoes
-from padres.broker.journal import DurableRecord, Journal, Queued, Tag
+from padres.broker.guard import routing_filter
+from padres.broker.journal import Delivered, DurableRecord, Journal, Queued, Tag
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
 from padres.matching.matcher import matches
-from padres.model.messages import Origin, Publication, Subscription
+from padres.model.messages import CompositeSubscription, Filter, Origin, Publication, Subscription
 from padres.model.producers import ranges_of, take
 from padres.model.protocol import (
     DURABLE_WINDOW,
@@ -74,8 +87,10 @@ from padres.model.protocol import (
     Scope,
     Visibility,
 )
+from rete import CompositeLimits
 
 __all__ = [
+    "HOLD",
     "READ",
     "RECENT",
     "RECENT_BYTES",
@@ -102,6 +117,9 @@ REFRESH: Final = 10.0
 """Seconds between two rounds of asking every followed tree's root for what was missed."""
 STALLED: Final = 6
 """Rounds of ``refresh`` after which a recovery still unanswered is asked again."""
+HOLD: Final = 5.0
+"""Seconds a durable composite subscription taken up after a restart stays paused (see the
+module docstring): its broker links up again, and what the overlay redelivers comes first."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +152,13 @@ class _Memory:
 class _Durable:
     record: DurableRecord
     gid: str
-    """The id of its route here (it changes with each run of the broker)."""
+    """The id of its route here (it changes with each run of the broker); a composite's parts
+    are routed as ``<gid>:<part>``."""
+    composite: DurableComposite | None = None
+    """A composite subscription's matching."""
+    hold: float | None = None
+    """Until when its composite is paused after a restart (see the module docstring), by
+    the broker's clock; negative: ``HOLD`` from the first reading of the clock on."""
     hop: str | None = None
     """The connected client's hop, if it is connected."""
     away: float | None = None
@@ -164,16 +188,32 @@ class _Durable:
     recent_bytes: int = 0
     memory: _Memory = field(default_factory=_Memory)
 
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The ids of its routes: its own, or a composite's parts'."""
+        sub = self.record.subscription
+        if isinstance(sub, Subscription):
+            return (self.gid,)
+        return tuple(f"{self.gid}:{i}" for i in range(len(sub.filters)))
+
+    @property
+    def filters(self) -> tuple[Filter, ...]:
+        """What its routes ask for: its filter, or a composite's parts (``route_ids``)."""
+        sub = self.record.subscription
+        if isinstance(sub, Subscription):
+            return (sub.filter,)
+        return tuple(routing_filter(flt) for flt in sub.filters)
+
     def grew(self, count: int, size: int) -> None:
         """``count`` deliveries of ``size`` bytes in all were queued (negative: left it)."""
         self.queued += count
         self.bytes += size
         self.owner.used += size
 
-    def keep(self, seq: int, pub: Publication, tag: Tag | None, size: int) -> None:
+    def keep(self, seq: int, item: Delivered, tag: Tag | None, size: int) -> None:
         """Keep delivery ``seq``, just queued and not sent, in memory (``recent``), the oldest
         kept going first when over the bounds."""
-        self.recent.append((seq, pub, tag, size))
+        self.recent.append((seq, item, tag, size))
         self.recent_bytes += size
         self.memory.used += size
         recent = self.recent
@@ -254,13 +294,16 @@ class Durables:
         new_id: Callable[[], str],
         now: Callable[[], float],
         quotas: Quotas,
+        limits: CompositeLimits,
         expiry: float = 0.0,
     ) -> None:
         """``now``: the broker's time (Unix seconds, by its own clock); ``quotas``: the
         deliveries and bytes one subscription's queue keeps, and the bytes one client's
-        subscriptions keep together; ``expiry``: seconds a subscription whose client is away
-        is kept (0 or less: for ever)."""
+        subscriptions keep together; ``limits``: the bounds of a composite's partial matches;
+        ``expiry``: seconds a subscription whose client is away is kept (0 or less: for
+        ever)."""
         self.journal = journal
+        self.limits = limits
         self.max_queued = quotas.durable_queued
         self.max_queue_bytes = quotas.durable_queue_bytes
         self.owner_bytes = quotas.durable_bytes
@@ -276,6 +319,7 @@ class Durables:
         self._owners: dict[str, _Memory] = {}
         """Per client, the bytes queued for its durable subscriptions together."""
         self._by_gid: dict[str, _Durable] = {}
+        """By the id of each of their routes, and by ``_Durable.gid``."""
         self._passages: dict[str, _Passage] = {}
         """Recoveries on their way through this broker, by request id."""
         self._round = 0
@@ -294,25 +338,39 @@ class Durables:
             durable = self._take(record)  # in the order they were made: ties of priority
             durable.grew(*self.journal.backlog(record))
             durable.restart()
+            if durable.composite is not None:
+                state = self.journal.partial(record)
+                if state is not None:
+                    durable.composite.load(state)
+                durable.hold = -1.0
             self._route(durable)
-
-    def _route(self, durable: _Durable) -> list[Out]:
-        """Route durable subscription ``durable`` here, by its filter and options."""
-        record = durable.record
-        return self.routes.add_own(
-            Subscription(durable.gid, record.subscription.filter),
-            Sink.DURABLE,
-            priority=record.priority,
-            local=record.scope is Scope.LOCAL,
-        )
 
     def _take(self, record: DurableRecord) -> _Durable:
         owner = self._owners.setdefault(record.owner, _Memory())
         durable = _Durable(record, self._new_id(), owner=owner, memory=self._memory)
+        sub = record.subscription
+        if isinstance(sub, CompositeSubscription):
+            durable.composite = DurableComposite(sub, self.limits)
         self._durables[record.owner, record.name] = durable
         self._owned[record.owner] += 1
-        self._by_gid[durable.gid] = durable
+        for rid in (durable.gid, *durable.routes):
+            self._by_gid[rid] = durable
         return durable
+
+    def route_ids(self, gid: str) -> tuple[str, ...]:
+        """The ids of the routes of durable subscription ``gid``: its own, or its parts'."""
+        durable = self._by_gid.get(gid)
+        return () if durable is None else durable.routes
+
+    def _route(self, durable: _Durable) -> list[Out]:
+        """Route the subscription (a composite's parts) for its queue, by its options."""
+        record = durable.record
+        local = record.scope is Scope.LOCAL
+        out: list[Out] = []
+        for rid, flt in zip(durable.routes, durable.filters, strict=True):
+            sub = Subscription(rid, flt)
+            out += self.routes.add_own(sub, Sink.DURABLE, priority=record.priority, local=local)
+        return out
 
     def statistics(self) -> list[dict[str, Any]]:
         """Each durable subscription: whose, how far along, what waits for its client (and
@@ -332,6 +390,7 @@ class Durables:
                 "discarded": d.record.discarded,
                 "trees": len(d.contacted),
                 "recovering": len(d.recovering),
+                "held": None if d.composite is None else d.composite.held(),
             }
             for d in self._durables.values()
         ]
@@ -357,7 +416,7 @@ class Durables:
         durable = self._durables.get((owner, name))
         return 0 if durable is None else durable.record.acked
 
-    def delivery(self, owner: str, name: str, seq: int) -> Publication | None:
+    def delivery(self, owner: str, name: str, seq: int) -> Delivered | None:
         """Delivery ``seq`` of durable subscription ``name``, as queued here, if it is still
         queued (not acknowledged)."""
         durable = self._durables.get((owner, name))
@@ -372,7 +431,7 @@ class Durables:
         self,
         owner: str,
         hop: str,
-        sub: Subscription,
+        sub: Subscription | CompositeSubscription,
         acked: int,
         now: float,
         visibility: Visibility = Visibility.ON_COMMIT,
@@ -383,16 +442,16 @@ class Durables:
         """The client ``owner`` on ``hop`` makes or resumes durable subscription ``sub``
         (seeing transactional publications by ``visibility``, of ``priority`` and ``scope``),
         or brings it from another broker (``roam``: it is made anew, as old as it says and
-        with what its client has taken); returns what to send, and the id of its route (to
-        wait for it to settle), or raises ``ValueError`` saying why not. One resumed with
-        another priority takes it."""
+        with what its client has taken; a composite one starts afresh); returns what to send,
+        and its id (its routes: ``route_ids``), or raises ``ValueError`` saying why not. One
+        resumed with another priority takes it."""
         durable = self._durables.get((owner, sub.id))
         out: list[Out] = []
         if roam is not None and durable is not None:  # from an earlier stay here: stale
             out += self.drop(owner, sub.id)
             durable = None
         if durable is None:  # new, moved here, or forgotten by a broker that lost its journal
-            if roam is None:
+            if roam is None or isinstance(sub, CompositeSubscription):
                 record = DurableRecord(
                     owner, sub, next=acked + 1, acked=acked, created=now, visibility=visibility
                 )
@@ -405,8 +464,9 @@ class Durables:
             durable = self._take(record)
             self.journal.save(durable.record)
             out += self._route(durable)
-        elif durable.record.subscription.filter != sub.filter:
-            raise ValueError(f"durable subscription {sub.id!r} exists with another filter")
+        elif durable.record.subscription != sub:
+            what = "filter" if isinstance(sub, Subscription) else "expression"
+            raise ValueError(f"durable subscription {sub.id!r} exists with another {what}")
         elif durable.record.visibility is not visibility:
             raise ValueError(
                 f"durable subscription {sub.id!r} exists with visibility "
@@ -476,11 +536,13 @@ class Durables:
         if not self._owned[owner]:
             del self._owned[owner]
             del self._owners[owner]
-        del self._by_gid[durable.gid]
+        routes = durable.routes
+        for rid in {durable.gid, *routes}:
+            del self._by_gid[rid]
         durable.restart()  # what it had in flight no longer counts against its client's window
         durable.clear()
         self.journal.forget(durable.record)
-        return self.routes.remove_local(durable.gid)
+        return self.routes.remove_local(*routes)
 
     def ack(self, owner: str, ack: Ack) -> list[Out]:
         durable = self._durables.get((owner, ack.subscription))
@@ -515,11 +577,11 @@ class Durables:
             if not durable.room(0):
                 break
             if recent and recent[0][0] == durable.sent + 1:
-                seq, pub, tag, size = recent[0]
+                seq, item, tag, size = recent[0]
                 if not durable.room(size):
                     break
                 durable.sending(seq, size)
-                out.append((hop, delivery(pub, (record.name,), seq, tag)))
+                out.append((hop, delivery(item, (record.name,), seq, tag)))
                 continue
             until = recent[0][0] if recent else record.next
             count = min(
@@ -528,21 +590,37 @@ class Durables:
             rows = self.journal.queued(record, durable.sent, max(1, count))
             if not rows:
                 break
-            for seq, pub, tag, size in rows:
+            for seq, item, tag, size in rows:
                 if not durable.room(size):
                     return out
                 durable.sending(seq, size)
-                out.append((hop, delivery(pub, (record.name,), seq, tag)))
+                out.append((hop, delivery(item, (record.name,), seq, tag)))
         return out
 
     # -- publications ------------------------------------------------------------------------
 
     def arrived(
-        self, gid: str, pub: Publication, tree: str | None, position: int, tag: Tag | None = None
+        self,
+        routes: list[str],
+        pub: Publication,
+        tree: str | None,
+        position: int,
+        tag: Tag | None = None,
     ) -> list[Out]:
-        """A publication (of a transaction: ``tag``) matched the route of durable subscription
-        ``gid``."""
-        durable = self._by_gid[gid]
+        """A publication (of a transaction: ``tag``) matched the durable ``routes`` (those of
+        a composite's parts may be several: it takes the publication once)."""
+        out: list[Out] = []
+        seen: set[str] = set()
+        for rid in routes:
+            durable = self._by_gid[rid]
+            if durable.gid not in seen:
+                seen.add(durable.gid)
+                out += self._arrived(durable, pub, tree, position, tag)
+        return out
+
+    def _arrived(
+        self, durable: _Durable, pub: Publication, tree: str | None, position: int, tag: Tag | None
+    ) -> list[Out]:
         if position and tree is not None:
             if tree not in durable.contacted or self.trees.get(tree) is None:
                 return []  # not followed: the recovery asked when it is will bring it
@@ -554,16 +632,75 @@ class Durables:
             cursors[tree] = position
         if tag is not None and not visible(durable.record.visibility, tag[1]):
             return []
-        return self._queue(durable, pub, tag)
+        return self._take_in(durable, pub, tag)
 
-    def _queue(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
+    def _take_in(self, durable: _Durable, pub: Publication, tag: Tag | None = None) -> list[Out]:
+        """Queue ``pub`` (a composite matches it, and queues its matches), unless its producer
+        sent it again and it was taken already."""
         record = durable.record
         origin = pub.origin
         if isinstance(origin, Origin) and not take(record.producers, origin.producer, origin.seq):
             return []  # sent again by its producer, through another broker: had already
+        composite = durable.composite
+        if composite is None:
+            return self._queue(durable, pub, tag)
+        self.journal.keep_partial(record, composite.dump)
+        self.journal.save(record)  # what it took (``producers``), even with no match
+        found = composite.keep(pub) if self._paused(durable) else composite.match(pub)
+        out: list[Out] = []
+        for match in found:
+            out += self._queue(durable, match)
+        return out
+
+    @staticmethod
+    def _paused(durable: _Durable) -> bool:
+        """Whether a durable composite waits for what it missed (see the module docstring)."""
+        return durable.hold is not None or bool(durable.recovering)
+
+    def _resume(self, durable: _Durable) -> list[Out]:
+        """A durable composite no longer paused matches what waits in its inbox."""
+        composite = durable.composite
+        if composite is None or not composite.kept or self._paused(durable):
+            return []
+        self.journal.keep_partial(durable.record, composite.dump)
+        out: list[Out] = []
+        for match in composite.release():
+            out += self._queue(durable, match)
+        return out
+
+    def advance(self, clock: datetime, ahead: timedelta) -> list[Out]:
+        """Time passes: the durable composites matched in timestamp order take ``clock`` as a
+        lower bound of their watermark (``rete.Network.advance``), unless held back after a
+        restart (``HOLD``) or by a recovery under way; the matches that completes are
+        queued."""
+        now = self._now()
+        out: list[Out] = []
+        for durable in self._durables.values():
+            composite = durable.composite
+            if composite is None:
+                continue
+            if durable.hold is not None:
+                if durable.hold < 0:
+                    durable.hold = now + HOLD
+                if now >= durable.hold:
+                    durable.hold = None
+            if self._paused(durable):
+                continue
+            out += self._resume(durable)
+            if not composite.timed:
+                continue
+            found = composite.advance(clock, ahead)
+            if found:  # else what it changed is written with the next publication it takes
+                self.journal.keep_partial(durable.record, composite.dump)
+            for match in found:
+                out += self._queue(durable, match)
+        return out
+
+    def _queue(self, durable: _Durable, item: Delivered, tag: Tag | None = None) -> list[Out]:
+        record = durable.record
         seq = record.next
         record.next += 1
-        size = self.journal.enqueue(record, seq, pub, tag)
+        size = self.journal.enqueue(record, seq, item, tag)
         durable.grew(1, size)
         if durable.queued > self.max_queued or durable.bytes > self.max_queue_bytes:
             self._discard(durable)
@@ -573,9 +710,9 @@ class Durables:
         self.journal.save(record)
         if durable.hop is not None and durable.sent == seq - 1 and durable.room(size):
             durable.sending(seq, size)
-            return [(durable.hop, delivery(pub, (record.name,), seq, tag))]
+            return [(durable.hop, delivery(item, (record.name,), seq, tag))]
         if durable.sent < seq:
-            durable.keep(seq, pub, tag, size)
+            durable.keep(seq, item, tag, size)
         return self._pump(durable)
 
     def _discard(self, durable: _Durable) -> None:
@@ -597,8 +734,11 @@ class Durables:
         """Ask for what was missed on every tree a durable route has started to follow."""
         out: list[Out] = []
         for durable in self._durables.values():
-            route = self.routes.get(durable.gid)
-            trees = route.trees if route is not None else set()
+            trees: set[str] = set()
+            for rid in durable.routes:
+                route = self.routes.get(rid)
+                if route is not None:
+                    trees |= route.trees
             durable.contacted &= trees
             for tree in sorted(trees - durable.contacted):
                 durable.contacted.add(tree)
@@ -631,12 +771,14 @@ class Durables:
         tree = self.trees.get(tree_id)
         if tree is None:
             return []
+        filters = durable.filters
         request = Recover(
             f"{durable.gid}/{self._new_id()}",
-            Subscription(durable.gid, durable.record.subscription.filter),
+            Subscription(durable.gid, filters[0]),
             tree_id,
             after or 0,
             age=max(0.0, self._now() - durable.record.created) if after is None else None,
+            also=filters[1:],
         )
         # A recovery still under way (along an earlier path of the tree) is replaced: what
         # waits for it (a client's acknowledgement) waits for this one instead.
@@ -656,8 +798,8 @@ class Durables:
         rows, lost = self.journal.since(request.tree, request.after, request.limit, since)
         more = len(rows) == request.limit
         last = rows[-1][0] if more else self.journal.head
-        flt = request.subscription.filter
-        found = [(pos, pub, tx) for pos, pub, tx in rows if matches(flt, pub)]
+        filters = (request.subscription.filter, *request.also)
+        found = [(pos, pub, tx) for pos, pub, tx in rows if any(matches(f, pub) for f in filters)]
         return Recovered(
             request.request,
             request.tree,
@@ -696,7 +838,8 @@ class Durables:
         if asked is None or asked.request != answer.request or asked.hop != hop:
             return []
         del durable.recovering[answer.tree]
-        return self.echoes.echo(asked.token, hop) + self._recovered(durable, answer)
+        out = self.echoes.echo(asked.token, hop) + self._recovered(durable, answer)
+        return out + self._resume(durable)
 
     def _recovered(self, durable: _Durable, answer: Recovered) -> list[Out]:
         if answer.error:
@@ -711,7 +854,7 @@ class Durables:
                 cursors[answer.tree] = pos
                 tag = (tx, Outcome.COMMITTED) if tx else None
                 if tag is None or visible(durable.record.visibility, tag[1]):
-                    out += self._queue(durable, pub, tag)
+                    out += self._take_in(durable, pub, tag)
         cursors[answer.tree] = max(cursors.get(answer.tree, 0), answer.head)
         if answer.lost:
             durable.record.discarded += 1

@@ -18,7 +18,6 @@ from padres.errors import AuthenticationError
 from padres.matching.matcher import matches
 from padres.model.messages import (
     Advertisement,
-    CompositeSubscription,
     Filter,
     Predicate,
 )
@@ -34,7 +33,7 @@ from padres.model.protocol import (
     ReplayBatch,
     ReplayOffer,
 )
-from padres.model.requests import publication_of, subscription_of
+from padres.model.requests import composite_of, publication_of, subscription_of
 from padres.security.accounts import CONTROL_CLASS, Account, Accounts, Grants, format_age
 from rete.operators import Op
 
@@ -127,6 +126,13 @@ class Guard:
         sub = subscription_of(message)
         if sub is not None:
             return self._subscription(who, grants, sub.filter, now)
+        composite = composite_of(message)
+        if composite is not None:
+            for part in composite.filters:
+                why = self._subscription(who, grants, routing_filter(part), now)
+                if why is not None:
+                    return why
+            return None
         match message:
             case Advertisement():
                 if grants.may_advertise(message.filter):
@@ -138,12 +144,6 @@ class Guard:
                 if grants.may_offer(flt):
                     return None
                 return f"{who} may not offer to replay {_text(flt)}: no replay grant covers it"
-            case CompositeSubscription():
-                for part in message.filters:
-                    why = self._subscription(who, grants, routing_filter(part), now)
-                    if why is not None:
-                        return why
-                return None
             case Query():
                 return admin_refusal(grants, who, "read the routing tables")
             case DeclareSchema():

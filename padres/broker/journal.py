@@ -22,7 +22,8 @@ A journal holds
 - the tree each local advertisement went down, so that a publisher advertising again (after
   it reconnected, or after a restart of the broker) gets its old tree, and positions stay
   meaningful to those who follow it;
-- the durable subscriptions made at this broker, with what is queued for each;
+- the durable subscriptions made at this broker, with what is queued for each (publications,
+  or a composite subscription's matches), and the partial matches of the composite ones;
 - the schemas of the typed classes it knows, so that it enforces them again after a restart;
 - the exception (dead-letter) queues of its clients' subscriptions (``padres.broker.
   dead_letters`` decides what goes in and out of them, the journal keeps them);
@@ -40,7 +41,7 @@ it sends anything that frame caused, so an acknowledgement never gets ahead of t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
@@ -50,14 +51,15 @@ import orjson
 
 from padres.model.classes import Schema
 from padres.model.codec import to_dict
-from padres.model.messages import Publication, Subscription
+from padres.model.messages import CompositeSubscription, Publication, Subscription
 from padres.model.producers import Ranges
-from padres.model.protocol import ExceptionEntry, Outcome, Scope, Visibility
+from padres.model.protocol import CompositeNotify, ExceptionEntry, Outcome, Scope, Visibility
 
 __all__ = [
     "RETENTION",
     "TREES_KEPT",
     "DeadLetterQueue",
+    "Delivered",
     "DurableRecord",
     "Journal",
     "Logged",
@@ -74,8 +76,10 @@ TREES_KEPT: Final = 100_000
 
 Tag: TypeAlias = tuple[str, Outcome]
 """A transactional publication's transaction and outcome."""
-Queued: TypeAlias = tuple[int, Publication, Tag | None, int]
-"""A delivery queued for a durable subscription: (number, publication, tag, bytes)."""
+Delivered: TypeAlias = Publication | CompositeNotify
+"""What a durable subscription delivers: a publication, or a composite subscription's match."""
+Queued: TypeAlias = tuple[int, Delivered, Tag | None, int]
+"""A delivery queued for a durable subscription: (number, what it delivers, tag, bytes)."""
 Logged: TypeAlias = tuple[int, Publication, str]
 """A guaranteed publication as ``since`` reads it: (position, publication, the transaction it
 was committed with or "")."""
@@ -87,8 +91,8 @@ class DurableRecord:
 
     owner: str
     """The client's name in the overlay (``<client>@<broker>``)."""
-    subscription: Subscription
-    """The client's id for it (its name) and its filter."""
+    subscription: Subscription | CompositeSubscription
+    """The client's id for it (its name) and its filter, or its composite expression."""
     cursors: dict[str, int] = field(default_factory=dict)
     """Per tree, the journal position of the root broker up to which nothing is missing."""
     next: int = 1
@@ -253,14 +257,24 @@ class Journal(Protocol):
         ...
 
     def forget(self, record: DurableRecord) -> None:
-        """Forget the durable subscription, and its queue."""
+        """Forget the durable subscription, its queue and its partial matches."""
         ...
 
     def enqueue(
-        self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
+        self, record: DurableRecord, seq: int, item: Delivered, tag: Tag | None = None
     ) -> int:
         """Queue delivery number ``seq`` (of a transaction's publication: ``tag``); returns
-        its size in bytes (those of ``pub`` encoded)."""
+        its size in bytes (those of ``item`` encoded)."""
+        ...
+
+    def keep_partial(self, record: DurableRecord, state: Callable[[], bytes]) -> None:
+        """Keep the partial matches of durable composite subscription ``record`` as ``state``
+        writes them when the journal next commits (it is called then, once, however many
+        times this was called since the last commit)."""
+        ...
+
+    def partial(self, record: DurableRecord) -> bytes | None:
+        """The partial matches kept for ``record`` (committed or not), if any."""
         ...
 
     def queued(self, record: DurableRecord, after: int, limit: int) -> list[Queued]:

@@ -24,6 +24,7 @@ from padres.broker.journal import (
     RETENTION,
     TREES_KEPT,
     DeadLetterQueue,
+    Delivered,
     DurableRecord,
     Journal,
     Logged,
@@ -141,6 +142,10 @@ class MemoryJournal(Journal):
         self._unsaved: dict[_Key, DurableRecord] = {}
         """Durable subscriptions changed since the last commit (``save``), as the caller's."""
         self._queues: dict[_Key, _Queue] = {}
+        self._partials: dict[_Key, bytes] = {}
+        self._unkept: dict[_Key, Callable[[], bytes]] = {}
+        """Durable composite subscriptions whose partial matches are written at the next
+        commit (``keep_partial``)."""
         self._dead_letters: dict[_Key, dict[int, _DeadLetter]] = {}
         """Per exception queue, its entries by number."""
         self._dropped: Counter[_Key] = Counter()
@@ -153,6 +158,9 @@ class MemoryJournal(Journal):
 
     def commit(self) -> None:
         self._write_unsaved()
+        for key, state in self._unkept.items():
+            self._replace(self._partials, key, state())
+        self._unkept.clear()
         self._undo.clear()
 
     @contextmanager
@@ -166,6 +174,7 @@ class MemoryJournal(Journal):
 
     def rollback(self) -> None:
         self._unsaved.clear()
+        self._unkept.clear()
         self._undo_to(0)
 
     def _undo_to(self, mark: int) -> None:
@@ -317,19 +326,29 @@ class MemoryJournal(Journal):
     def forget(self, record: DurableRecord) -> None:
         key = (record.owner, record.name)
         self._unsaved.pop(key, None)
+        self._unkept.pop(key, None)
         self._replace(self._durables, key, None)
         self._replace(self._queues, key, None)
+        self._replace(self._partials, key, None)
+
+    def keep_partial(self, record: DurableRecord, state: Callable[[], bytes]) -> None:
+        self._unkept[record.owner, record.name] = state
+
+    def partial(self, record: DurableRecord) -> bytes | None:
+        key = (record.owner, record.name)
+        state = self._unkept.get(key)
+        return state() if state is not None else self._partials.get(key)
 
     def enqueue(
-        self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
+        self, record: DurableRecord, seq: int, item: Delivered, tag: Tag | None = None
     ) -> int:
-        size = len(encode(pub))
+        size = len(encode(item))
         key = (record.owner, record.name)
         queue = self._queues.get(key)
         if queue is None:
             queue = _Queue()
             self._replace(self._queues, key, queue)
-        queue.deliveries.append((seq, pub, tag, size))
+        queue.deliveries.append((seq, item, tag, size))
         queue.size += size
         self._undo.append(queue.unqueue)
         return size

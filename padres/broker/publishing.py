@@ -153,8 +153,8 @@ class Publishing:
                 else RouteTxPublish(pub, tree, tag[0], tag[1], position)
             )
             out += [(hop, message) for hop in sorted(matches.hops)]
-        for gid in matches.durables:
-            out += self.durables.arrived(gid, pub, tree, position, tag)
+        if matches.durables:
+            out += self.durables.arrived(matches.durables, pub, tree, position, tag)
         if committed:
             for pid in matches.watches:
                 out += self.history.arrived(pid, pub)
@@ -175,10 +175,11 @@ class Publishing:
         seconds behind ``now``, as a lower bound of their watermark: matches that wait for a
         window to close with no absent publication are reported although no publication
         comes (docs/language.md, "Sequences and windows"); historic and hybrid ones too, once
-        their past is complete (``History.advance``). Called at every tick."""
+        their past is complete (``History.advance``), and the durable ones
+        (``Durables.advance``). Called at every tick."""
         clock = datetime.fromtimestamp(now - GRACE, UTC)
         out = self._notify(self.routes.network.advance(clock, AHEAD))
-        return out + self.history.advance(clock)
+        return out + self.history.advance(clock) + self.durables.advance(clock, AHEAD)
 
     def _notify(self, activations: list[Activation]) -> list[Out]:
         out: list[Out] = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from padres.broker.session import Session
 from padres.model.messages import Advertisement, CompositeSubscription, Subscription
 from padres.model.protocol import Envelope, Error
-from padres.model.requests import subscription_of
+from padres.model.requests import composite_of, subscription_of
 
 __all__ = ["Quotas"]
 
@@ -54,7 +54,7 @@ class Quotas:
         """The error refusing ``message`` if it would take ``session`` over a quota; its
         client keeps ``durables`` durable subscriptions (a durable one taken up again is not
         counted: the caller does not ask for it)."""
-        asked = subscription_of(message) or message
+        asked = subscription_of(message) or composite_of(message) or message
         match asked:
             case Subscription() | CompositeSubscription():
                 ident, what, limit = asked.id, "subscriptions", self.subscriptions

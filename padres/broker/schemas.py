@@ -44,7 +44,7 @@ from padres.model.classes import (
     merge,
     widen,
 )
-from padres.model.messages import Advertisement, CompositeSubscription, Publication, Subscription
+from padres.model.messages import Advertisement, Publication, Subscription
 from padres.model.protocol import (
     DeclareSchema,
     DropSchema,
@@ -54,7 +54,7 @@ from padres.model.protocol import (
     RouteSchema,
     TxPublish,
 )
-from padres.model.requests import publication_of, reference, subscription_of
+from padres.model.requests import composite_of, publication_of, reference, subscription_of
 
 __all__ = ["Declaration", "Schemas"]
 
@@ -121,6 +121,14 @@ class Schemas:
         if sub is not None:
             self._check_filter(sub)
             return None
+        composite = composite_of(message)
+        if composite is not None:
+            for i, flt in enumerate(composite.filters, 1):
+                schema = self.get(flt.class_name)
+                if schema is not None:
+                    what = f"composite subscription {composite.id!r}, part {i}"
+                    check_filter(schema, flt, what)
+            return None
         match message:
             case DeclareSchema():
                 return Declaration(message.id, message.class_name, message.attributes)
@@ -128,12 +136,6 @@ class Schemas:
                 return Declaration(message.id, message.class_name, None)
             case Advertisement():
                 self._check_filter(message)
-            case CompositeSubscription():
-                for i, flt in enumerate(message.filters, 1):
-                    schema = self.get(flt.class_name)
-                    if schema is not None:
-                        what = f"composite subscription {message.id!r}, part {i}"
-                        check_filter(schema, flt, what)
         return None
 
     def _check_publication(self, pub: Publication) -> None:

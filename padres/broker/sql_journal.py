@@ -6,9 +6,10 @@ attributes, ``_begin`` and ``_next_entry``); everything else is here, in SQL bot
 written with ``?`` parameters. See ``padres.broker.journal`` for what a journal holds and promises.
 
 Guaranteed publications are the rows of ``log``, the trees of local advertisements those of
-``trees``, durable subscriptions those of ``durables``, schemas those of ``schemas``, and
-exception queues the entries of ``exceptions`` with, per queue, how many were dropped in
-``exception_queues``, and prepared parts those of ``parts``.
+``trees``, durable subscriptions those of ``durables`` (the partial matches of the composite
+ones those of ``partials``), schemas those of ``schemas``, and exception queues the entries of
+``exceptions`` with, per queue, how many were dropped in ``exception_queues``, and prepared
+parts those of ``parts``.
 
 A durable subscription's queue is kept as *runs*: the consecutive deliveries queued for it
 between two commits are one row (``runs``), their bodies side by side, so that a frame that
@@ -18,7 +19,7 @@ cut down to what is left, so the table holds exactly what is queued.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Protocol, TypeAlias
@@ -30,6 +31,7 @@ from padres.broker.journal import (
     RETENTION,
     TREES_KEPT,
     DeadLetterQueue,
+    Delivered,
     DurableRecord,
     Journal,
     Logged,
@@ -41,8 +43,15 @@ from padres.broker.journal import (
 from padres.errors import JournalError
 from padres.model.classes import Schema
 from padres.model.codec import decode, encode, from_dict, to_dict
-from padres.model.messages import Publication, Subscription
-from padres.model.protocol import ExceptionEntry, Outcome, Scope, Visibility
+from padres.model.messages import CompositeSubscription, Publication, Subscription
+from padres.model.protocol import (
+    ENVELOPES,
+    CompositeNotify,
+    ExceptionEntry,
+    Outcome,
+    Scope,
+    Visibility,
+)
 
 __all__ = ["INSERT_RUN", "Database", "Run", "SqlJournal"]
 
@@ -94,6 +103,13 @@ def _publication(body: bytes) -> Publication:
     message = decode(body, checked=True)  # what this broker accepted and wrote
     if not isinstance(message, Publication):
         raise JournalError("the journal holds something other than a publication")
+    return message
+
+
+def _delivered(body: bytes) -> Delivered:
+    message = ENVELOPES.decode(body, len(body), checked=True)  # what this broker queued
+    if not isinstance(message, Publication | CompositeNotify):
+        raise JournalError("a durable queue holds something other than a delivery")
     return message
 
 
@@ -170,8 +186,8 @@ class Run:
         offset = sum(self.sizes[:skip])
         found = []
         for i, size in enumerate(self.sizes[skip : skip + limit], skip):
-            pub = _publication(bytes(self.bodies[offset : offset + size]))
-            found.append((self.first + i, pub, None if self.tags is None else self.tags[i], size))
+            item = _delivered(bytes(self.bodies[offset : offset + size]))
+            found.append((self.first + i, item, None if self.tags is None else self.tags[i], size))
             offset += size
         return found
 
@@ -210,6 +226,9 @@ class SqlJournal(Journal):
         self._enqueued: dict[tuple[str, str], Run] = {}
         """Per durable subscription, the deliveries queued and not yet inserted (``enqueue``):
         inserted together, before the next commit or read of the queue."""
+        self._partials: dict[tuple[str, str], Callable[[], bytes]] = {}
+        """Per durable composite subscription, what writes its partial matches at the next
+        commit (``keep_partial``)."""
 
     def _head(self) -> int:
         row = self._db.execute("SELECT max(pos) FROM log").fetchone()
@@ -230,6 +249,7 @@ class SqlJournal(Journal):
         try:
             self._write_enqueued()
             self._write_unsaved()
+            self._write_partials()
             self._db.commit()
         except self.ERRORS as exc:
             raise JournalError(f"cannot commit the journal {self.name}: {exc}") from exc
@@ -256,6 +276,7 @@ class SqlJournal(Journal):
     def rollback(self) -> None:
         self._enqueued.clear()
         self._unsaved.clear()
+        self._partials.clear()
         self._db.rollback()
         self.head = self._head()
 
@@ -369,7 +390,7 @@ class SqlJournal(Journal):
         for row in rows:
             owner, sub, cursors, nxt, acked, discarded, created, visibility, producers = row[:9]
             subscription = decode(sub)
-            if not isinstance(subscription, Subscription):
+            if not isinstance(subscription, Subscription | CompositeSubscription):
                 raise JournalError("the journal holds a durable subscription it cannot read")
             yield DurableRecord(
                 owner,
@@ -425,14 +446,40 @@ class SqlJournal(Journal):
         self._write_enqueued()
         key = (record.owner, record.name)
         self._unsaved.pop(key, None)
+        self._partials.pop(key, None)
         self._db.execute("DELETE FROM durables WHERE owner = ? AND name = ?", key)
         self._db.execute("DELETE FROM runs WHERE owner = ? AND name = ?", key)
+        self._db.execute("DELETE FROM partials WHERE owner = ? AND name = ?", key)
+
+    def keep_partial(self, record: DurableRecord, state: Callable[[], bytes]) -> None:
+        self._partials[record.owner, record.name] = state
+
+    def _write_partials(self) -> None:
+        if not self._partials:
+            return
+        rows = [(owner, name, state()) for (owner, name), state in self._partials.items()]
+        self._partials.clear()
+        self._db.executemany(
+            "INSERT INTO partials (owner, name, state) VALUES (?, ?, ?) "
+            "ON CONFLICT (owner, name) DO UPDATE SET state = excluded.state",
+            rows,
+        )
+
+    def partial(self, record: DurableRecord) -> bytes | None:
+        key = (record.owner, record.name)
+        state = self._partials.get(key)
+        if state is not None:
+            return state()
+        row = self._db.execute(
+            "SELECT state FROM partials WHERE owner = ? AND name = ?", key
+        ).fetchone()
+        return None if row is None else bytes(row[0])
 
     def enqueue(
-        self, record: DurableRecord, seq: int, pub: Publication, tag: Tag | None = None
+        self, record: DurableRecord, seq: int, item: Delivered, tag: Tag | None = None
     ) -> int:
         """It is inserted with the others queued before the next commit or read."""
-        body = _body(pub)
+        body = encode(item)
         key = (record.owner, record.name)
         run = self._enqueued.get(key)
         if run is None or not run.takes(seq):

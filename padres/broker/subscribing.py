@@ -3,12 +3,13 @@
 A client's subscription is routed up every tree holding an advertisement it overlaps
 (``routes``). A durable one is kept in the journal and catches up on what it missed
 (``durable``). A composite one is matched here, by the broker's Rete network; its parts are
-routed as plain subscriptions. One with a time window is *watched* (``history``): its past is
-asked of the databases, and the parts that reach into the future are routed for their live
-publications; a composite with a sequence or a window reads one time range, its parts' past
-and live publications matched as one stream in timestamp order. The client's ``ok`` comes
-once the routes have settled (``echoes``); so does the echo of a subscription a neighbour sent
-up.
+routed as plain subscriptions; a durable composite one is matched by a network of its own,
+kept in the journal (``durable_composites``). One with a time window is *watched*
+(``history``): its past is asked of the databases, and the parts that reach into the future
+are routed for their live publications; a composite with a sequence or a window reads one
+time range, its parts' past and live publications matched as one stream in timestamp order.
+The client's ``ok`` comes once the routes have settled (``echoes``); so does the echo of a
+subscription a neighbour sent up.
 """
 
 from __future__ import annotations
@@ -115,12 +116,13 @@ class Subscribing:
         return self._acknowledged(out, [gid], session.hop, sub.id)
 
     def durable(self, message: Durable, session: Session, now: float) -> list[Out]:
-        sid = message.subscription.id
+        sub = message.subscription
+        sid = sub.id
         taken = _taken(sid, session)
         if taken:
             return taken
-        if message.subscription.filter.window is not None:
-            why = f"durable subscription {sid!r} cannot have a time window"
+        why = _not_durable(message)
+        if why is not None:
             return [(session.hop, Error(why, sid))]
         try:
             out, gid = self.durables.attach(
@@ -137,7 +139,9 @@ class Subscribing:
         except ValueError as exc:
             return [(session.hop, Error(str(exc), sid))]
         out = self._tagged(out + self.durables.sync() + self.dead_letters.resume(session.name, sid))
-        tokens = self._route_tokens(gid) | self.durables.pending(gid)
+        tokens = self.durables.pending(gid)
+        for rid in self.durables.route_ids(gid):
+            tokens |= self._route_tokens(rid)
         return out + self.echoes.ok(tokens, session.hop, sid)
 
     def subscribe_composite(
@@ -273,6 +277,28 @@ def _windowed(sid: str, visibility: Visibility, priority: int, scope: Scope) -> 
         return f"{what}: its past comes from databases anywhere, it cannot have scope local"
     if priority:
         return f"{what}: its deliveries come from a replay of their own, it cannot have a priority"
+    return None
+
+
+def _not_durable(message: Durable) -> str | None:
+    """Why the subscription of ``message`` cannot be durable, if it cannot."""
+    sub = message.subscription
+    if isinstance(sub, Subscription):
+        if sub.filter.window is not None:
+            return f"durable subscription {sub.id!r} cannot have a time window"
+        return None
+    if any(flt.window is not None for flt in sub.filters):
+        return (
+            f"durable composite subscription {sub.id!r} is matched on live publications "
+            "only: its parts cannot have time predicates"
+        )
+    if message.visibility is not Visibility.ON_COMMIT:
+        return (
+            f"composite subscription {sub.id!r} sees committed publications only: it "
+            f"cannot have visibility {message.visibility.value}"
+        )
+    if message.priority or message.scope is not Scope.GLOBAL:
+        return f"composite subscription {sub.id!r} cannot have a priority or a scope"
     return None
 
 

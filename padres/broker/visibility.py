@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from padres.broker.journal import Tag
+from msgspec.structs import replace
+
+from padres.broker.journal import Delivered, Tag
 from padres.broker.routes import Out
 from padres.model.messages import Publication
-from padres.model.protocol import Notify, Outcome, TxNotify, Visibility
+from padres.model.protocol import CompositeNotify, Notify, Outcome, TxNotify, Visibility
 
 __all__ = ["deliveries", "delivery", "visible"]
 
@@ -24,8 +26,14 @@ def visible(visibility: Visibility, outcome: Outcome) -> bool:
     return visibility in _SEEN_BY[outcome]
 
 
-def delivery(pub: Publication, ids: tuple[str, ...], seq: int, tag: Tag | None) -> Notify:
-    """The delivery of ``pub`` to subscriptions ``ids``: a ``TxNotify`` for a transaction's."""
+def delivery(
+    item: Delivered, ids: tuple[str, ...], seq: int, tag: Tag | None
+) -> Notify | CompositeNotify:
+    """The delivery of ``item`` to subscriptions ``ids``: a ``TxNotify`` for a transaction's
+    publication; a composite's match as it is (its subscription named), numbered ``seq``."""
+    if isinstance(item, CompositeNotify):
+        return replace(item, seq=seq)
+    pub = item
     if tag is None:
         return Notify(pub, ids, seq)
     return TxNotify(pub, ids, seq, tx=tag[0], outcome=tag[1])

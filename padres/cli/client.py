@@ -361,8 +361,6 @@ async def _sub(args: argparse.Namespace) -> int:
     client = await _connect(args, "sub", reconnect=args.durable is not None)
     received = 0
     try:
-        if isinstance(message, CompositeSubscription) and args.durable:
-            raise CommandError("a composite subscription cannot be durable")
         visibility = Visibility(args.visibility)
         if isinstance(message, CompositeSubscription) and visibility is not Visibility.ON_COMMIT:
             raise CommandError("a composite subscription sees committed publications only")
@@ -370,7 +368,7 @@ async def _sub(args: argparse.Namespace) -> int:
         if isinstance(message, CompositeSubscription) and (args.priority or args.scope != "global"):
             raise CommandError("--priority and --scope are options of atomic subscriptions")
         if isinstance(message, CompositeSubscription):
-            handle = await client.subscribe_composite(message)
+            handle = await client.subscribe_composite(message, durable=args.durable)
         elif isinstance(message, Subscription) and args.durable:
             handle = await client.subscribe(message.filter, durable=args.durable, **options)
         elif isinstance(message, Subscription):

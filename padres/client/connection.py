@@ -310,11 +310,11 @@ class SubscriptionHandle:
 
     def _deliver(self, delivery: Delivery, size: int) -> None:
         """A delivery of ``size`` bytes (its encoding) from the broker."""
-        if isinstance(delivery, Notify) and delivery.seq:
+        if delivery.seq:
             if delivery.seq <= self.received:
                 return  # sent again after a reconnect: it was received already
             self.received = delivery.seq
-            if self.standing is not None:
+            if self.standing is not None and isinstance(delivery, Notify):
                 self.standing.received(delivery.seq, delivery.publication)
         if self.seen is not None and not self.seen.first(delivery):
             return  # asked for again after a reconnect: it was received already
@@ -354,7 +354,7 @@ class SubscriptionHandle:
         self._client._flow(self.id, room)
 
     def _handed_out(self, delivery: Delivery | ReplayDone) -> None:
-        if self.auto_ack and isinstance(delivery, Notify) and delivery.seq:
+        if self.auto_ack and not isinstance(delivery, ReplayDone) and delivery.seq:
             self.ack(delivery.seq)
 
     def __aiter__(self) -> AsyncIterator[Delivery]:
@@ -758,18 +758,37 @@ class Client:
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
         *,
+        durable: str | None = None,
+        auto_ack: bool = True,
+        after: int = 0,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
         when_full: WhenFull = "drop",
     ) -> SubscriptionHandle:
         """Subscribe to a composite subscription; ``max_pending``, ``max_pending_bytes``,
-        ``when_full``: as for ``subscribe``."""
+        ``when_full``: as for ``subscribe``. ``durable``: a durable composite subscription
+        of that name (its id): the broker keeps its partial matches and its matches while
+        this client is away, across its own restarts, and numbers its matches
+        (``CompositeNotify.seq``), acknowledged as ``subscribe``'s deliveries are
+        (``auto_ack``, ``after``)."""
         if isinstance(expression, CompositeSubscription):
-            sub = expression
+            sub = expression if durable is None else replace(expression, id=durable)
         else:
-            sub = parse_composite(expression, id=id or self._id("s"))
+            sub = parse_composite(expression, id=durable or id or self._id("s"))
         limits = self._limits(max_pending, max_pending_bytes)
-        return await self._subscribe(sub, callback, limits=limits, when_full=when_full)
+        if durable is None:
+            return await self._subscribe(sub, callback, limits=limits, when_full=when_full)
+        handle = SubscriptionHandle(
+            self,
+            durable,
+            callback,
+            durable=True,
+            auto_ack=auto_ack,
+            max_pending=limits[0],
+            max_pending_bytes=limits[1],
+        )
+        handle.received = handle.done = handle.acked = after
+        return await self._make(handle, Durable(sub, after))
 
     def _limits(self, max_pending: int | None, max_pending_bytes: int | None) -> tuple[int, int]:
         """A subscription's queue limits: its own, or the client's."""
@@ -1340,7 +1359,7 @@ def _incomplete(reply: Envelope) -> tuple[str, ...]:
 
 
 def _after(item: Delivery | ReplayDone, seq: int) -> bool:
-    return isinstance(item, Notify) and item.seq > seq
+    return not isinstance(item, ReplayDone) and item.seq > seq
 
 
 def _quiet(task: asyncio.Task[None]) -> None:
@@ -1437,6 +1456,7 @@ class BlockingClient:
         callback: Callable[[Delivery], Any] | None = None,
         id: str | None = None,
         *,
+        durable: str | None = None,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
     ) -> SubscriptionHandle:
@@ -1445,6 +1465,7 @@ class BlockingClient:
                 expression,
                 callback,
                 id,
+                durable=durable,
                 max_pending=max_pending,
                 max_pending_bytes=max_pending_bytes,
             )

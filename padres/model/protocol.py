@@ -30,7 +30,9 @@ from padres.model.codec import (
 )
 from padres.model.messages import (
     MAX_COUNT,
+    MAX_PARTS,
     Advertisement,
+    CompositeSubscription,
     Filter,
     Message,
     Publication,
@@ -452,9 +454,13 @@ class Durable(WireMessage, frozen=True, tag="durable"):
     has everything up to that delivery number, the broker resends what follows. ``roam``: the
     client brings it from another broker, where it stood as ``roam`` says: the broker makes it
     anew (in place of one it may have), and it gets the guaranteed publications made since
-    ``roam.age`` seconds ago that the client has not ``roam.taken``."""
+    ``roam.age`` seconds ago that the client has not ``roam.taken``.
 
-    subscription: Subscription
+    A composite subscription may be durable too: its matches are the deliveries
+    (``CompositeNotify`` with ``seq``), and the broker keeps its partial matches as well. One
+    brought from another broker (``roam``) starts afresh: what it held stays there."""
+
+    subscription: Subscription | CompositeSubscription
     acked: Count = 0
     visibility: Visibility = Visibility.ON_COMMIT
     """Which transactional publications it sees."""
@@ -570,11 +576,15 @@ class Retry(WireMessage, frozen=True, tag="retry"):
 
 
 class CompositeNotify(WireMessage, frozen=True, tag="composite_notify"):
-    """A composite subscription completed by ``publications`` under ``bindings``."""
+    """A composite subscription completed by ``publications`` under ``bindings``.
+
+    ``seq`` numbers the matches of a durable composite subscription, as ``Notify.seq`` does;
+    0 for other subscriptions."""
 
     subscription: str
     publications: tuple[Publication, ...]
     bindings: Mapping[str, Value]
+    seq: Count = 0
 
 
 class Query(WireMessage, frozen=True, tag="query"):
@@ -776,6 +786,9 @@ class Recover(WireMessage, frozen=True, tag="recover"):
     after: Count
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] = 1000
     age: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    also: Annotated[tuple[Filter, ...], msgspec.Meta(max_length=MAX_PARTS)] = ()
+    """More filters: a publication matching any of them is asked for too (the parts of a
+    durable composite subscription ask together)."""
 
 
 class Recovered(WireMessage, frozen=True, tag="recovered"):

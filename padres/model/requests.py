@@ -1,9 +1,10 @@
 """What a client's request asks for, whatever its wrapper.
 
-A publication travels in three forms (plain, ``Guaranteed``, ``TxPublish``) and a subscription
-in three (plain, ``Subscribe`` with options, ``Durable``). The parts of a broker that screen
-requests (grants, schemas, quotas) and the replies that name a request read them through
-``publication_of``, ``subscription_of`` and ``reference``, so each handles a request once.
+A publication travels in three forms (plain, ``Guaranteed``, ``TxPublish``), a subscription
+in three (plain, ``Subscribe`` with options, ``Durable``) and a composite subscription in two
+(plain, ``Durable``). The parts of a broker that screen requests (grants, schemas, quotas) and
+the replies that name a request read them through ``publication_of``, ``subscription_of``,
+``composite_of`` and ``reference``, so each handles a request once.
 
 Adding a kind of request: declare its struct in ``padres.model.protocol`` (and name it in
 ``Envelope``); if it wraps a publication or a subscription, add it to ``PublishingWrapper`` or
@@ -38,6 +39,7 @@ from padres.model.protocol import (
 __all__ = [
     "PublishingWrapper",
     "SubscribingWrapper",
+    "composite_of",
     "publication_of",
     "reference",
     "subscription_of",
@@ -60,10 +62,19 @@ def publication_of(message: Envelope) -> Publication | None:
 
 def subscription_of(message: Envelope) -> Subscription | None:
     """The subscription ``message`` asks for, if it is a subscribing request (composite
-    subscriptions are their own kind)."""
+    subscriptions are their own kind: ``composite_of``)."""
     if type(message) is Subscription:
         return message
-    if isinstance(message, SubscribingWrapper):
+    if isinstance(message, SubscribingWrapper) and isinstance(message.subscription, Subscription):
+        return message.subscription
+    return None
+
+
+def composite_of(message: Envelope) -> CompositeSubscription | None:
+    """The composite subscription ``message`` asks for, plain or durable, if it is one."""
+    if isinstance(message, CompositeSubscription):
+        return message
+    if isinstance(message, Durable) and isinstance(message.subscription, CompositeSubscription):
         return message.subscription
     return None
 
@@ -74,11 +85,11 @@ def reference(message: Envelope) -> str:
     pub = publication_of(message)
     if pub is not None:
         return pub.id
-    sub = subscription_of(message)
+    sub = subscription_of(message) or composite_of(message)
     if sub is not None:
         return sub.id
     match message:
-        case Advertisement() | CompositeSubscription() | DeclareSchema() | DropSchema():
+        case Advertisement() | DeclareSchema() | DropSchema():
             return message.id
         case ReplayOffer():
             return message.advertisement.id

@@ -55,6 +55,7 @@ from padres.errors import AuthenticationError, DecodeError, JournalError, missin
 from padres.model.protocol import (
     MAX_FRAME_BYTES,
     MAX_FRAME_MESSAGES,
+    CompositeNotify,
     Envelope,
     Error,
     GoingAway,
@@ -307,6 +308,8 @@ class BrokerNode:
         out = durables.statistics()
         for row in out:
             oldest = durables.delivery(row["owner"], row["name"], row["acked"] + 1)
+            if isinstance(oldest, CompositeNotify):  # a match: as old as its last publication
+                oldest = max(oldest.publications, key=lambda pub: pub.timestamp)
             row["oldest"] = None if oldest is None else oldest.timestamp.isoformat()
         return out
 

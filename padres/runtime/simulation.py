@@ -257,10 +257,11 @@ class Simulation:
         return list(self._queues.get((source, target), ()))
 
     def tick(self, seconds: float) -> None:
-        """Let ``seconds`` pass with no message, and give every broker a tick."""
+        """Let ``seconds`` pass with no message, and give every broker a tick (its journal
+        committed before what the tick sends, as a node's is)."""
         self._clock += seconds
         for name, broker in self.brokers.items():
-            self._emit(name, broker.tick(self._clock + self.skew.get(name, 0.0)))
+            self._pumps[name].dispatch(broker.tick(self._clock + self.skew.get(name, 0.0)))
 
     @property
     def clock(self) -> float:
