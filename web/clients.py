@@ -158,14 +158,12 @@ class Clients:
             session = record.owner.removesuffix(suffix)
             if session == f"web-{record.name}" or session.endswith(f".web-{record.name}"):
                 owner = session.removesuffix(f"web-{record.name}").removesuffix(".")
+                message = record.subscription
+                kind: Literal["subscription", "composite"] = (
+                    "subscription" if isinstance(message, Subscription) else "composite"
+                )
                 sub = RestSubscription(
-                    record.name,
-                    "subscription",
-                    record.subscription,
-                    True,
-                    record.priority,
-                    record.scope,
-                    owner=owner,
+                    record.name, kind, message, True, record.priority, record.scope, owner=owner
                 )
                 self.subscriptions[record.name] = sub
 
@@ -333,7 +331,7 @@ class Clients:
         sub.owner = caller.name
         if sub.durable:
             async with self._durable_client(sub, caller) as client:
-                made = Durable(_atomic(sub), priority=sub.priority, scope=sub.scope)
+                made = Durable(sub.message, priority=sub.priority, scope=sub.scope)
                 incomplete = (await ask(client, made)).incomplete
         else:
             self._room(caller)
@@ -432,7 +430,7 @@ class Clients:
         async for message in handle.events():
             sub.delivered += 1
             yield message
-            if isinstance(message, Notify) and message.seq:
+            if isinstance(message, Notify | CompositeNotify) and message.seq:
                 handle.ack(message.seq)
         why = client.closed_reason or "the subscription ended"
         if not sub.durable:
@@ -458,12 +456,6 @@ class Clients:
             self._ended.popitem(last=False)
 
 
-def _atomic(sub: RestSubscription) -> Subscription:
-    if not isinstance(sub.message, Subscription):  # refused when it was made
-        raise Problem(400, "not durable", "a composite subscription cannot be durable")
-    return sub.message
-
-
 async def _made(client: Client, sub: RestSubscription) -> SubscriptionHandle:
     """Make a plain REST subscription with ``client``; its failures as problems."""
     try:
@@ -482,10 +474,18 @@ async def _made(client: Client, sub: RestSubscription) -> SubscriptionHandle:
 
 async def _resumed(client: Client, sub: RestSubscription, acked: int) -> SubscriptionHandle:
     """Resume durable subscription ``sub`` after delivery ``acked``; failures as problems."""
-    flt = _atomic(sub).filter
     try:
+        if isinstance(sub.message, CompositeSubscription):
+            return await client.subscribe_composite(
+                sub.message,
+                durable=sub.id,
+                after=acked,
+                auto_ack=False,
+                max_pending=DURABLE_WINDOW,
+                max_pending_bytes=DURABLE_WINDOW_BYTES,
+            )
         return await client.subscribe(
-            flt,
+            sub.message.filter,
             durable=sub.id,
             after=acked,
             auto_ack=False,

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from padres.errors import InvalidMessage
 from padres.model.messages import Subscription, check_id
 from padres.model.printer import format_filter, format_message
-from padres.model.protocol import Envelope, Error, Notify, Scope, envelope_to_dict
+from padres.model.protocol import CompositeNotify, Envelope, Error, Notify, Scope, envelope_to_dict
 from web.auth import Authenticator, Caller
 from web.bodies import SubscriptionBody
 from web.clients import Clients, RestSubscription, SubscriptionEnded
@@ -34,7 +34,7 @@ def _event_name(message: Envelope) -> str:
 def _event_id(sub: RestSubscription, message: Envelope) -> int:
     """A durable subscription's deliveries are numbered by the broker (``seq``); the others
     by the order they were read."""
-    if isinstance(message, Notify) and message.seq:
+    if isinstance(message, Notify | CompositeNotify) and message.seq:
         return message.seq
     return sub.delivered
 
@@ -86,13 +86,11 @@ def _made(body: SubscriptionBody, sid: str) -> RestSubscription:
         raise Problem(400, "invalid subscription", "give exactly one of 'filter' and 'expression'")
     scope = Scope(body.scope)
     if body.filter is None:
-        if body.durable:
-            raise Problem(400, "not durable", "a composite subscription cannot be durable")
         if body.priority or scope is not Scope.GLOBAL:
             why = "'priority' and 'scope' are options of atomic subscriptions ('filter')"
             raise Problem(400, "invalid subscription", why)
         expression = body.expression or ""
-        return RestSubscription(sid, "composite", composite_from(expression, sid), False)
+        return RestSubscription(sid, "composite", composite_from(expression, sid), body.durable)
     flt = filter_from(body.filter)
     try:
         sub = Subscription(sid, flt)
