@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from padres.broker import Broker, BrokerConfig, durable
+from padres.broker.journal import DurableRecord, Queued
+from padres.broker.memory_journal import MemoryJournal
 from padres.broker.quotas import Quotas
 from padres.language.parser import parse_advertisement, parse_subscription
 from padres.model.codec import encode
@@ -813,3 +815,31 @@ def test_a_durable_subscription_whose_client_stays_away_expires() -> None:
     (left,) = broker.durables.statistics()
     assert left["owner"] == "stays@B" and left["next"] == 2
     assert not broker.durables.has("away@B", "d")
+
+
+def test_a_subscription_whose_window_is_full_in_bytes_reads_nothing_back_until_it_has_room() -> (
+    None
+):
+    """Large deliveries fill the client's window in bytes; more keep coming, past what is
+    kept in memory: they are not read back from the journal one frame after another (each
+    read would find no room to send), but once the client acknowledges."""
+    reads: list[int] = []
+
+    class Counting(MemoryJournal):
+        def queued(self, record: DurableRecord, after: int, limit: int) -> list[Queued]:
+            reads.append(after)
+            return super().queued(record, after, limit)
+
+    broker = Broker("B", journal=Counting())
+    broker.handle(Hello("shop", Role.CLIENT), "shop")
+    broker.handle(Hello("sub", Role.CLIENT), "sub")
+    broker.handle(parse_advertisement("[class,eq,'T'],[n,isPresent,0]", id="a"), "shop")
+    broker.handle(Durable(parse_subscription("[class,eq,'T']", id="d")), "sub")
+    pad = "x" * (200 << 10)
+    sent = 0
+    for n in range(200):  # 40 MB: ten times the window, and the memory kept
+        pub = Publication(f"p{n}", {"class": "T", "n": n, "pad": pad}, T0)
+        sent += sum(isinstance(m, Notify) for _, m in broker.handle(pub, "shop"))
+    assert sent < 25 and len(reads) <= 2
+    out = broker.handle(Ack("d", sent), "sub")
+    assert sum(isinstance(m, Notify) for _, m in out) > 0

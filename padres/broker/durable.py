@@ -178,6 +178,9 @@ class _Durable:
     flight: deque[tuple[int, int]] = field(default_factory=deque)
     """The deliveries sent and not acknowledged: (number, bytes), in order."""
     flight_bytes: int = 0
+    blocked: int = 0
+    """The bytes of the next delivery to send, once it did not fit in the window (0: none
+    waits so): nothing is read from the journal to be sent until it fits."""
     window: _Memory = field(default_factory=_Memory)
     """The bytes in flight to its client, counted with its client's other durable
     subscriptions."""
@@ -232,6 +235,7 @@ class _Durable:
     def sending(self, seq: int, size: int) -> None:
         """Delivery ``seq`` goes to the client now."""
         self.sent = seq
+        self.blocked = 0
         self.flight.append((seq, size))
         self.flight_bytes += size
         self.window.used += size
@@ -241,7 +245,8 @@ class _Durable:
     def skip(self, upto: int) -> None:
         """The deliveries up to ``upto`` are discarded: neither sent nor kept."""
         self.landed(upto)
-        self.sent = max(self.sent, upto)
+        if upto > self.sent:
+            self.sent, self.blocked = upto, 0
 
     def clear(self) -> None:
         """Keep nothing in memory (the subscription is dropped)."""
@@ -267,6 +272,7 @@ class _Durable:
         """The client resumes after its last acknowledgement: nothing is in flight (``window``:
         the bytes in flight to the client it resumes with, counted from now)."""
         self.sent = self.record.acked
+        self.blocked = 0
         self.flight.clear()
         self.window.used -= self.flight_bytes
         self.flight_bytes = 0
@@ -574,11 +580,12 @@ class Durables:
             return out
         recent = durable.recent
         while durable.sent < record.next - 1:
-            if not durable.room(0):
+            if not durable.room(durable.blocked):
                 break
             if recent and recent[0][0] == durable.sent + 1:
                 seq, item, tag, size = recent[0]
                 if not durable.room(size):
+                    durable.blocked = size
                     break
                 durable.sending(seq, size)
                 out.append((hop, delivery(item, (record.name,), seq, tag)))
@@ -592,6 +599,7 @@ class Durables:
                 break
             for seq, item, tag, size in rows:
                 if not durable.room(size):
+                    durable.blocked = size
                     return out
                 durable.sending(seq, size)
                 out.append((hop, delivery(item, (record.name,), seq, tag)))
