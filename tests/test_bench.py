@@ -56,3 +56,19 @@ def test_bench_startup(capsys: pytest.CaptureFixture[str]) -> None:
     for trees in cases.values():
         assert list(trees) == ["this"]
         assert trees["this"]["wall_ms"] > 0 and trees["this"]["cpu_ms"] > 0
+
+
+def test_bench_durable_composite(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "durable-composite", "--count", "400", "--sync", "off", "--json"]
+    assert main(argv) == 0
+    result = orjson.loads(capsys.readouterr().out)
+    assert [(r["window_s"], r["frame"]) for r in result["runs"]] == [
+        (1, 1),
+        (1, 100),
+        (10, 1),
+        (10, 100),
+    ]
+    for r in result["runs"]:
+        assert r["plain_per_s"] > 0 and r["durable_per_s"] > 0 and r["matches"] > 0
+        assert 0 < r["held"] <= 100 * r["window_s"] + 2  # the window's, 100 a second
+        assert r["state_bytes"] > 0

@@ -22,7 +22,7 @@ from padres.broker.durable_composites import DurableComposite
 from padres.errors import JournalError
 from padres.language.parser import parse_advertisement, parse_composite
 from padres.model.messages import CompositeSubscription, Expression, Publication, Temporal
-from padres.model.protocol import Ack, CompositeNotify, Durable, Guaranteed
+from padres.model.protocol import Ack, CompositeNotify, Durable, Guaranteed, Roam
 from padres.runtime.simulation import SimClient, Simulation
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Value
@@ -373,3 +373,27 @@ def test_every_match_once_through_crashes_at_random_moments(seed: int) -> None:
     expected += reference.advance(datetime.fromtimestamp(sim.clock + 3600, UTC), AHEAD)
     assert len(shop.acks) >= len(published)
     assert _keys(watcher.got) == _keys(expected)
+
+
+def test_a_durable_composite_brought_to_another_broker_starts_afresh_there() -> None:
+    """The client moves to broker F (``roam``): F makes the composite anew and empty, E lets
+    go of its copy, with the A it held; matches start again from 1 at F."""
+    sim, shop, watcher = _overlay(SEQUENCE)
+    sim.add_broker("F")
+    sim.link("F", "P")
+    sim.run()
+    _publish(sim, shop, "A", "m")
+    assert sim.brokers["E"].durables.statistics()[0]["held"] == 1
+    sim.detach(watcher.client)
+    moved = Watcher(sim, sim.attach("watch", "F"), SEQUENCE)
+    sub = parse_composite(SEQUENCE, id="w")
+    sim.send(moved.client, Durable(sub, 0, roam=Roam(age=1.0, left="E")))
+    sim.run()
+    assert "w" in moved.client.acks
+    assert sim.brokers["E"].durables.statistics() == []
+    (row,) = sim.brokers["F"].durables.statistics()
+    assert row["held"] == 0 and row["next"] == 1
+    _publish(sim, shop, "B", "m")  # its A stayed behind
+    a, b = _publish(sim, shop, "A", "n"), _publish(sim, shop, "B", "n")
+    _wait(sim, moved, 3)
+    assert _ids(moved) == [[a, b]] and moved.last == 1

@@ -7,8 +7,19 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from padres.bench import fuzz, guaranteed, hosted, match, network, overlay, parse, startup
+from padres.bench import (
+    durable_composites,
+    fuzz,
+    guaranteed,
+    hosted,
+    match,
+    network,
+    overlay,
+    parse,
+    startup,
+)
 from padres.broker import Covering
+from padres.broker.sqlite_journal import Sync
 from padres.cli.figures import data_and_json, show
 from padres.cli.inputs import positive
 from padres.cli.plugins import plug_in
@@ -91,6 +102,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     g.set_defaults(run=run_guaranteed)
+    d = benches.add_parser(
+        "durable-composite",
+        help="one broker core: a composite subscription, plain and durable (its partial "
+        "matches kept in the journal)",
+    )
+    d.add_argument("--count", type=int, default=5_000, help="publications per run")
+    d.add_argument("--sync", choices=[s.value for s in Sync], default=Sync.FULL.value)
+    d.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    d.set_defaults(run=run_durable_composite)
     f = benches.add_parser(
         "fuzz", help="a broker under bad frames from one connection, a client served beside it"
     )
@@ -177,6 +197,12 @@ def run_guaranteed(args: argparse.Namespace) -> int:
 def run_startup(args: argparse.Namespace) -> int:
     result = startup.run(args.repeat, args.against)
     show(args, result, startup.report)
+    return 0
+
+
+def run_durable_composite(args: argparse.Namespace) -> int:
+    result = durable_composites.run(args.count, Sync(args.sync))
+    show(args, result, durable_composites.report)
     return 0
 
 
