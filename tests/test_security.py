@@ -421,6 +421,12 @@ FORBIDDEN: list[tuple[str, str, Envelope, str]] = [
         "may not subscribe to [class,eq,'Order'],[region,eq,'US']",
     ),
     (
+        "durable-composite-part",
+        "manager-eu",
+        Durable(parse_composite(f"{{{EU}}} ; {{[class,eq,'Order'],[region,eq,'US']}}", id="c1")),
+        "may not subscribe to [class,eq,'Order'],[region,eq,'US']",
+    ),
+    (
         "historic",
         "eve",
         parse_subscription(_historic(EU, NOW - HOUR, NOW), id="h1"),
