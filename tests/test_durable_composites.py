@@ -9,20 +9,24 @@ a restarted broker does) gives the same matches from there on, in the same order
 from __future__ import annotations
 
 import random
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from padres.broker import durable
+from padres.broker import Broker, durable
 from padres.broker.durable_composites import DurableComposite
+from padres.broker.sqlite_journal import SqliteJournal
 from padres.errors import JournalError
 from padres.language.parser import parse_advertisement, parse_composite
 from padres.model.messages import CompositeSubscription, Expression, Publication, Temporal
-from padres.model.protocol import Ack, CompositeNotify, Durable, Guaranteed, Roam
+from padres.model.protocol import Ack, CompositeNotify, Durable, Guaranteed, Hello, Roam, Role
 from padres.runtime.simulation import SimClient, Simulation
 from rete.limits import CompositeLimits, Policy
 from rete.operators import Value
@@ -397,3 +401,32 @@ def test_a_durable_composite_brought_to_another_broker_starts_afresh_there() -> 
     a, b = _publish(sim, shop, "A", "n"), _publish(sim, shop, "B", "n")
     _wait(sim, moved, 3)
     assert _ids(moved) == [[a, b]] and moved.last == 1
+
+
+def test_partial_matches_that_cannot_be_read_are_started_afresh_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A poisoned journal (its partial matches overwritten): the broker starts, logs it, and
+    the composite starts afresh; the match it had queued is kept. What is lost: the three A
+    it held (in its memory and its reorder buffer)."""
+    path = str(tmp_path / "journal.sqlite")
+    journal = SqliteJournal(path)
+    broker = Broker("B", journal=journal)
+    now = T0.timestamp()
+    for client in ("shop", "watch"):
+        broker.handle(Hello(client, Role.CLIENT), client, now)
+    for cls in "AB":
+        broker.handle(parse_advertisement(f"[class,eq,'{cls}'],[k,isPresent]", id=cls), "shop", now)
+    broker.handle(Durable(parse_composite(SEQUENCE, id="w")), "watch", now)
+    for n, (cls, key) in enumerate([("A", "a"), ("B", "a"), ("A", "b"), ("A", "c")]):
+        pub = Publication(f"{cls}{n}", {"class": cls, "k": key}, T0 + timedelta(seconds=n))
+        broker.handle(pub, "shop", now)
+    journal.commit()
+    assert [(d["queued"], d["held"]) for d in broker.durables.statistics()] == [(1, 3)]
+    journal.close()
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE partials SET state = ?", (b'[{"facts": 3}]',))
+        db.commit()
+    again = Broker("B", journal=SqliteJournal(path))
+    assert "cannot read the partial matches of durable subscription 'w'" in caplog.text
+    assert [(d["queued"], d["held"]) for d in again.durables.statistics()] == [(1, 0)]

@@ -72,6 +72,7 @@ from padres.broker.quotas import Quotas
 from padres.broker.routes import Out, Routes, Sink
 from padres.broker.trees import Trees
 from padres.broker.visibility import delivery, visible
+from padres.errors import JournalError
 from padres.matching.matcher import matches
 from padres.model.messages import CompositeSubscription, Filter, Origin, Publication, Subscription
 from padres.model.producers import ranges_of, take
@@ -345,11 +346,21 @@ class Durables:
             durable.grew(*self.journal.backlog(record))
             durable.restart()
             if durable.composite is not None:
-                state = self.journal.partial(record)
-                if state is not None:
-                    durable.composite.load(state)
+                self._load(durable, durable.composite)
                 durable.hold = -1.0
             self._route(durable)
+
+    def _load(self, durable: _Durable, composite: DurableComposite) -> None:
+        """Take up a durable composite's partial matches from the journal; one that cannot
+        be read (a journal of another version, a damaged disk) is started afresh, logged."""
+        state = self.journal.partial(durable.record)
+        if state is None:
+            return
+        try:
+            composite.load(state)
+        except JournalError as exc:
+            log.error("%s; it starts afresh, its queued matches kept", exc)
+            durable.composite = DurableComposite(composite.subscription, self.limits)
 
     def _take(self, record: DurableRecord) -> _Durable:
         owner = self._owners.setdefault(record.owner, _Memory())

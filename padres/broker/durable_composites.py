@@ -57,6 +57,7 @@ class DurableComposite:
     """One durable composite subscription's network (see the module docstring)."""
 
     def __init__(self, sub: CompositeSubscription, limits: CompositeLimits) -> None:
+        self.subscription = sub
         self.id = sub.id
         self.timed = sub.timing is not None
         """Whether it is matched in timestamp order: time passing may complete its matches."""
