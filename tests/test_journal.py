@@ -34,7 +34,11 @@ def _publication(n: int) -> Publication:
 
 
 def _queued(journal: Journal, record: DurableRecord, after: int, limit: int) -> list[Queued]:
-    return [(seq, p.id, tag, size) for seq, p, tag, size in journal.queued(record, after, limit)]
+    out: list[Queued] = []
+    for seq, item, tag, size in journal.queued(record, after, limit):
+        assert isinstance(item, Publication), item  # plain durable subscriptions queue these
+        out.append((seq, item.id, tag, size))
+    return out
 
 
 class DurableQueue(RuleBasedStateMachine):
