@@ -6,10 +6,13 @@ one's tree unflooded, and is flooded in it when its cover is withdrawn. A databa
 offer floods the same way, into the trees of offers (``Broker.archives``). The client's ``ok``
 comes once the flood has settled (``echoes``).
 
-An advertisement from a neighbour is kept from its tree's parent only, and flooded on. A
+An advertisement from a neighbour is kept from its tree's parent only, and flooded on; a copy
+from another neighbour is that neighbour's offer of another way to the root (``paths``). A
 withdrawn one is remembered for ``BrokerConfig.memory`` seconds, so that a late copy still
-travelling a longer path of a cyclic overlay is not taken for a new one. A lost link takes with
-it the trees it was the parent of.
+travelling a longer path of a cyclic overlay is not taken for a new one. A lost link, or a
+parent that lost a tree, moves the tree to another feasible way if one is offered (``paths``);
+else the tree is withdrawn from the neighbours as lost, and one that still reaches it by
+another way offers it back.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.history import History
 from padres.broker.journal import Journal
+from padres.broker.paths import CEILING, Paths
 from padres.broker.routes import COVER_SCAN, Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.transactions import Transactions
@@ -49,6 +53,7 @@ class Advertising:
         durables: Durables,
         transactions: Transactions,
         history: History,
+        paths: Paths,
         peers: Mapping[str, str],
         tagged: Callable[[list[Out]], list[Out]],
         new_id: Callable[[], str],
@@ -67,6 +72,7 @@ class Advertising:
         self.durables = durables
         self.transactions = transactions
         self.history = history
+        self.paths = paths
         self._peers = peers
         self._tagged = tagged
         self._new_id = new_id
@@ -172,7 +178,7 @@ class Advertising:
             for hidden in sorted(local.hides):
                 self._local[hidden].hidden_by = None
                 adv = tree.advertisements[hidden]
-                out += self._flood(RouteAdvertise(adv, tree.id, tree.path))
+                out += self._flood(_copy(adv, tree))
             out += self._flood(RouteUnadvertise(gid, local.tree))
         self._forget(gid, now)
         self.trees.remove(gid)
@@ -198,11 +204,12 @@ class Advertising:
 
     # -- neighbours --------------------------------------------------------------------------
 
-    def arrive(self, message: RouteAdvertise, hop: str) -> list[Out]:
+    def arrive(self, message: RouteAdvertise, hop: str, now: float) -> list[Out]:
         """An advertisement flooded by the neighbour on ``hop``: kept and flooded on if it
-        comes from its tree's parent; the echo goes back once the flood below has settled."""
+        comes from its tree's parent, else taken as an offer of another way; the echo goes
+        back once the flood below has settled."""
         # Durable subscriptions ask for what they missed before the echo goes back.
-        out = self._tagged(self._arrive(message, hop) + self.durables.sync())
+        out = self._tagged(self._arrive(message, hop, now) + self.durables.sync())
         if not message.echo:
             return out
         # Wait only for the flood below a copy from the tree's parent: waiting on copies that
@@ -212,19 +219,22 @@ class Advertising:
         tokens = self._flood_tokens(message.advertisement.id) if below else set()
         return out + self.echoes.relay(tokens, hop, message.echo)
 
-    def _arrive(self, message: RouteAdvertise, hop: str) -> list[Out]:
+    def _arrive(self, message: RouteAdvertise, hop: str, now: float) -> list[Out]:
         adv = message.advertisement
         trees = self.archives if message.replay else self.trees
-        if self.id in message.path or adv.id in self._withdrawn or self._tree_of(adv.id):
-            return []
         tree = trees.get(message.tree)
         if tree is not None and tree.parent != hop:
-            return []  # the copy from the tree's parent is the one that counts
+            # The copy from the tree's parent is the one that counts; this one offers a way.
+            return [] if message.replay else self.paths.offered(tree, message, hop, now)
+        if self.id in message.path or adv.id in self._withdrawn or self._tree_of(adv.id):
+            return []
         path = (*message.path, self.id)
+        fresh = tree is None
         tree = trees.add(adv, message.tree, hop, path, message.replay, message.period)
+        if fresh and not message.replay:
+            self.paths.arrived(tree, message, hop)
         self.history.tree_found(tree)
-        forward = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
-        out = self._flood(forward, hop)
+        out = self._flood(_copy(adv, tree), hop)
         if message.replay:
             return out
         return out + self.routes.tree_grew(tree.id, adv.filter)
@@ -235,11 +245,17 @@ class Advertising:
         if tree is None:
             return []
         if tree.parent != hop:
+            if message.lost and not tree.replay:
+                self.paths.withdrawn(tree, hop, now)
             if message.lost and self._peers[hop] not in tree.path:
                 # The neighbour lost the tree with a failed link; it can have it through us.
                 return self._offer_tree(tree, hop)
             return []
         if message.lost and not tree.replay:
+            moved = self.paths.parent_lost(tree, now)
+            if moved is not None:  # kept, along another way; the parent may have it back
+                self._found_again(tree)
+                return moved + self._offer_tree(tree, hop)
             self.history.tree_lost(tree)
         (self.archives if tree.replay else self.trees).remove(message.advertisement_id)
         if not message.lost:
@@ -255,11 +271,13 @@ class Advertising:
                 out += self._offer_tree(tree, hop)
         return out
 
-    def link_lost(self, hop: str) -> list[Out]:
-        """The link on ``hop`` is gone: the trees it was the parent of are withdrawn from the
-        other neighbours, as lost (one that still reaches them by another path offers them
-        back)."""
-        out: list[Out] = []
+    def link_lost(self, hop: str, now: float) -> list[Out]:
+        """The link on ``hop`` is gone: the trees it was the parent of move to another
+        feasible way if one is offered (``paths``); the others are withdrawn from the other
+        neighbours, as lost (one that still reaches them by another path offers them back)."""
+        out, kept = self.paths.link_lost(hop, now)
+        for tree in kept:
+            self._found_again(tree)
         for trees in (self.trees, self.archives):
             for tree in trees:
                 if tree.parent == hop:
@@ -281,11 +299,17 @@ class Advertising:
         self._withdrawn[advertisement_id] = now
         self._withdrawals.append((now, advertisement_id))
 
+    def _found_again(self, tree: Tree) -> None:
+        """``tree`` moved to another way after its parent's: what was on its way along the
+        old one is lost, and the hybrid subscriptions following it ask for it again."""
+        self.history.tree_lost(tree)
+        self.history.tree_found(tree)
+
     def _offer_tree(self, tree: Tree, hop: str | None = None) -> list[Out]:
         """The tree's advertisements, to ``hop`` or flooded to every neighbour."""
         out: list[Out] = []
         for adv in self._flooded(tree):
-            message = RouteAdvertise(adv, tree.id, tree.path, tree.replay, period=tree.period)
+            message = _copy(adv, tree)
             out += [(hop, message)] if hop is not None else self._flood(message)
         return out
 
@@ -305,3 +329,16 @@ class Advertising:
         """The echoes an advertisement's flood still waits for."""
         pending = (self.echoes.pending((advertisement_id, hop)) for hop in self._peers)
         return {token for token in pending if token is not None}
+
+
+def _copy(adv: Advertisement, tree: Tree) -> RouteAdvertise:
+    """``adv`` as this broker floods or offers it, with its way to the tree's root."""
+    return RouteAdvertise(
+        adv,
+        tree.id,
+        tree.path,
+        tree.replay,
+        period=tree.period,
+        version=tree.version,
+        cost=min(tree.cost, CEILING),
+    )

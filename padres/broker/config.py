@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from padres.broker.paths import Switching
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering
 from padres.broker.transactions import TxLimits
@@ -78,3 +79,20 @@ class BrokerConfig:
         },
     )
     """The limits and timeouts of the clients' transactions."""
+    switching: Switching = field(
+        default=Switching(),
+        metadata={
+            "prefix": "switch-",
+            "fields": {
+                "adaptive": {
+                    "option": "--no-adaptive-paths",
+                    "help": "keep each tree's parent until the link to it is lost, however "
+                    "slow it is or long it stays silent (no measured paths)",
+                },
+                "ratio": {},
+                "gain": {},
+                "hold": {},
+            },
+        },
+    )
+    """When a tree moves to a better way to its root (``padres.broker.paths``)."""

@@ -54,6 +54,7 @@ from padres.broker.links import Links
 from padres.broker.losses import Losses, Tally
 from padres.broker.memory_journal import MemoryJournal
 from padres.broker.parts import Ways
+from padres.broker.paths import LinkState, Paths
 from padres.broker.publishing import Publishing
 from padres.broker.releases import Releases
 from padres.broker.routes import Covering, Out, Routes
@@ -86,6 +87,8 @@ from padres.model.protocol import (
     Failed,
     Guaranteed,
     Hello,
+    LinkPing,
+    LinkPong,
     Ok,
     Query,
     QueryResult,
@@ -99,7 +102,9 @@ from padres.model.protocol import (
     Role,
     RouteAdvertise,
     RouteCongestion,
+    RouteDrain,
     RouteLoss,
+    RoutePath,
     RoutePublish,
     RouteRelease,
     RouteSchema,
@@ -110,6 +115,7 @@ from padres.model.protocol import (
     RouteTxVote,
     RouteUnadvertise,
     RouteUnsubscribe,
+    RouteVersion,
     Subscribe,
     TxAbort,
     TxBegin,
@@ -127,9 +133,9 @@ __all__ = ["Broker", "Covering", "Out"]
 _MARKED: Final = frozenset({RouteSubscribe, RouteAdvertise, ReplayDone})
 """The (exact) types the effects pass tags or ends: a message sending none, as a publication
 does, skips it."""
-RESYNC: Final = (Advertisement, Unadvertise, RouteUnadvertise)
+RESYNC: Final = (Advertisement, Unadvertise, RouteUnadvertise, RoutePath)
 """The messages after which a durable subscription may follow a tree it has not yet asked for
-what it missed (``Durables.sync``)."""
+what it missed, or one that came along another way (``Durables.sync``)."""
 
 
 class Broker:
@@ -195,6 +201,17 @@ class Broker:
             config.durable_expiry,
         )
         self.durables.restore()
+        self.paths = Paths(
+            self.id,
+            self.trees,
+            self.routes,
+            self.durables,
+            self.echoes,
+            self._peers,
+            self._new_id,
+            config.switching,
+        )
+        """The ways to the roots of the trees, measured, and the moves between them."""
         self.schemas = Schemas(self.journal, self.echoes, self.quotas)
         """The schemas of typed classes (kept in the journal, known overlay-wide)."""
         self.releases = Releases(self.id, self.durables, self._peers, self._new_id)
@@ -230,6 +247,7 @@ class Broker:
             self.subscribing.composites,
             self.conformity,
             self.votes,
+            self.paths,
         )
         # Transactions and advertising call on each other: withdrawing an advertisement aborts
         # the transactions it strands, and the end of a client's last transaction withdraws
@@ -254,6 +272,7 @@ class Broker:
             self.durables,
             self.transactions,
             self.history,
+            self.paths,
             self._peers,
             self._tagged,
             self._new_id,
@@ -334,7 +353,7 @@ class Broker:
         return self._effects([(h, m) for h, m in self._close(hop) if h != hop], sync=True)
 
     def _close(self, hop: str) -> list[Out]:
-        out = self.links.close(hop)  # nothing unless ``hop`` is a neighbour's link
+        out = self.links.close(hop, self._now)  # nothing unless ``hop`` is a neighbour's link
         self._admitted.pop(hop, None)
         session = self._sessions.pop(hop, None)
         if session is None:
@@ -398,13 +417,19 @@ class Broker:
         publications of ``tally`` unsent: their publishers are told (``losses``)."""
         return self.losses.report(neighbour, tally, reason)
 
+    def measured(self, links: dict[str, LinkState], now: float) -> list[Out]:
+        """The runtime measured the links to the neighbours (by hop): trees move to better
+        ways to their roots (``paths``). The runtime calls this a few times a second."""
+        self._now = now
+        return self._effects(self.paths.measured(links, now), sync=True)
+
     def tick(self, now: float) -> list[Out]:
         """Time passes with no message: requests that waited too long end, and durable
         subscriptions ask again for what they may have missed, or expire if their client has
         been away too long (every ``REFRESH`` seconds).
         The runtime calls this about once a second."""
         self._now = now
-        out = self.history.expire(now) + self.transactions.expire(now)
+        out = self.paths.tick(now) + self.history.expire(now) + self.transactions.expire(now)
         out = self._effects(out, sync=True)
         out += self.publishing.windows_closed(now)
         if now - self._refreshed >= REFRESH:
@@ -516,7 +541,7 @@ class Broker:
     def _from_broker(self, message: Envelope, hop: str) -> list[Out]:
         match message:
             case RoutePublish() | RouteTxPublish():
-                return self.publishing.arrive(message, hop)
+                return self.publishing.arrive(message, hop, self._now)
             case Recover():
                 return self.durables.forward(message, hop)
             case Recovered():
@@ -540,7 +565,15 @@ class Broker:
             case RouteUnsubscribe():
                 return self.routes.depart(message.subscription_id, hop, message.trees)
             case RouteAdvertise():
-                return self.advertising.arrive(message, hop)
+                return self.advertising.arrive(message, hop, self._now)
+            case RoutePath():
+                return self.paths.path(message, hop, self._now)
+            case RouteDrain():
+                return self.paths.drain(message, hop, self._now)
+            case RouteVersion():
+                return self.paths.version(message, hop, self._now)
+            case LinkPing() | LinkPong():
+                return []  # the runtime's measures of the link, answered before the core
             case Echo():
                 return self.echoes.echo(message.token, hop, message.incomplete)
             case RouteUnadvertise():

@@ -764,6 +764,13 @@ class Durables:
                 out += self._ask(durable, tree, durable.record.cursors.get(tree))
         return out
 
+    def resync(self, tree_id: str) -> None:
+        """The tree came here along another way: the subscriptions following it ask its root
+        again for what they may have missed (at the next ``sync``), behind their routes along
+        the new way; guaranteed publications arriving meanwhile are left to the answer."""
+        for durable in self._durables.values():
+            durable.contacted.discard(tree_id)
+
     def refresh(self) -> list[Out]:
         """Ask again, for every tree followed, what was missed: where no recovery is under
         way, or where one has waited ``STALLED`` rounds."""

@@ -4,8 +4,8 @@ A link starts when either side dials (``Links.open_link`` sends its ``hello``) a
 answers with its own. A connection this broker dialled carries a broker: a client's ``hello``
 on it is refused. Once greeted, a neighbour is offered the schemas and the advertisement trees
 it does not have yet. A lost link takes with it what was learned through it: the trees it was
-the parent of are withdrawn from the other neighbours, and the routes, echoes, recoveries and
-replays that went through it end.
+the parent of move to other ways (``paths``) or are withdrawn from the other neighbours, and
+the routes, echoes, recoveries and replays that went through it end.
 """
 
 from __future__ import annotations
@@ -71,9 +71,10 @@ class Links:
         out += self.schemas.offer(hop)
         return out + self.advertising.link_opened(hop, hello.name)
 
-    def close(self, hop: str) -> list[Out]:
+    def close(self, hop: str, now: float) -> list[Out]:
         """The connection ``hop`` is gone; if it was a neighbour's link, what was learned
-        through it is withdrawn from the rest of the overlay."""
+        through it is withdrawn from the rest of the overlay (the trees it was the parent of
+        move to other ways where they can)."""
         self._dialled.discard(hop)
         name = self.peers.pop(hop, None)
         if name is None:
@@ -83,5 +84,5 @@ class Links:
         out = self.history.hop_down(hop, why)
         out += self.echoes.hop_down(hop, why)
         out += self.durables.hop_down(hop)
-        out += self.advertising.link_lost(hop)
+        out += self.advertising.link_lost(hop, now)
         return out + self.routes.hop_down(hop)

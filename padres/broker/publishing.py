@@ -21,6 +21,7 @@ from typing import Final
 from padres.broker.durable import Durables
 from padres.broker.history import History
 from padres.broker.journal import Journal, Tag
+from padres.broker.paths import Paths
 from padres.broker.routes import Out, Routes
 from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
@@ -65,6 +66,7 @@ class Publishing:
         composites: Mapping[str, LocalComposite],
         conformity: bool,
         votes: Votes,
+        paths: Paths,
     ) -> None:
         """``sessions``: the broker's connected clients by hop; ``composites``: the composite
         subscriptions matched here (both read, never changed); ``conformity``: whether a
@@ -76,6 +78,7 @@ class Publishing:
         self.durables = durables
         self.history = history
         self.conformity = conformity
+        self.paths = paths
         self._sessions = sessions
         self._composites = composites
 
@@ -124,13 +127,21 @@ class Publishing:
         trees = (self.trees.tree_of(gid) for gid in session.advertisements.values())
         return next((tree.id for tree in trees if tree is not None), None)
 
-    def arrive(self, message: RoutePublish | RouteTxPublish, hop: str) -> list[Out]:
-        """A publication sent down its tree by the neighbour on ``hop``."""
+    def arrive(self, message: RoutePublish | RouteTxPublish, hop: str, now: float) -> list[Out]:
+        """A publication sent down its tree by the neighbour on ``hop``: from its parent, or
+        from a former one while the tree moves (``paths``), once."""
         tree = self.trees.get(message.tree)
-        if tree is None or tree.parent != hop:
-            return []  # along a route left over from an earlier path of the tree
-        tag = (message.tx, message.outcome) if isinstance(message, RouteTxPublish) else None
-        return self.deliver(message.publication, tree.id, hop, message.position, tag)
+        if tree is None:
+            return []
+        pub = message.publication
+        if isinstance(message, RouteTxPublish):
+            tag: Tag | None = (message.tx, message.outcome)
+            key: tuple[str, ...] = (pub.publisher, pub.id, message.outcome.value)
+        else:
+            tag, key = None, (pub.publisher, pub.id)
+        if not self.paths.accepts(tree, hop, key, now, positioned=message.position > 0):
+            return []  # along a route left over from an earlier path of the tree, or again
+        return self.deliver(pub, tree.id, hop, message.position, tag)
 
     def deliver(
         self,

@@ -238,8 +238,11 @@ class Routes:
         return tree is not None and len(tree.path) == 1
 
     def arrive(self, sub: Subscription, hop: str, trees: Iterable[str]) -> list[Out]:
-        """``hop`` sent ``sub`` for ``trees``; trees unknown here or not led by us are ignored."""
-        valid = {t for t in trees if (tree := self.trees.get(t)) and tree.parent != hop}
+        """``hop`` sent ``sub`` for ``trees``; trees unknown here are ignored. One from the
+        tree's parent is kept too (this broker moved below it while it keeps its
+        subscriptions here for a while, ``paths``): the publications this broker takes from
+        elsewhere go to it, but the subscription is not forwarded back up to it."""
+        valid = {t for t in trees if self.trees.get(t) is not None}
         if not valid:
             return []
         route = self._routes.get(sub.id)
@@ -315,6 +318,32 @@ class Routes:
                 self._on_tree.setdefault(tree_id, set()).add(sid)
             out += self._refresh(route)
         return out
+
+    def tree_moved(self, tree_id: str) -> list[Out]:
+        """The tree's parent changed: what is forwarded for it goes to the new parent and is
+        withdrawn from the old one."""
+        out: list[Out] = []
+        for sid in sorted(self._on_tree.get(tree_id, set())):
+            route = self._routes.get(sid)
+            if route is not None:
+                out += self._refresh(route)
+        return out
+
+    def forget(self, hop: str, tree_id: str) -> None:
+        """``hop`` forgot what was forwarded to it for ``tree_id`` (it lost the tree)."""
+        for sid in sorted(self._on_tree.get(tree_id, set())):
+            route = self._routes.get(sid)
+            if route is not None:
+                self._forget_slots(route, lambda slot: slot == (hop, tree_id))
+
+    def sends_to(self, hop: str, tree_id: str) -> bool:
+        """Whether a subscription is forwarded to ``hop`` for ``tree_id``."""
+        return (hop, tree_id) in self._sent_at
+
+    def forwarded_to(self, hop: str, tree_id: str) -> list[str]:
+        """The ids of the subscriptions forwarded to ``hop`` for ``tree_id``."""
+        by_key = self._sent_at.get((hop, tree_id), {})
+        return [sid for by_filter in by_key.values() for sids in by_filter.values() for sid in sids]
 
     def hop_down(self, hop: str) -> list[Out]:
         """A neighbour is gone: forget what it sent and what was sent to it."""
@@ -401,13 +430,20 @@ class Routes:
 
     def _wanted(self, route: Route) -> set[Slot]:
         trees = set(route.trees)
-        for ts in route.arrivals.values():
-            trees |= ts
+        for hop, ts in route.arrivals.items():
+            for t in ts:
+                if t not in trees and (tree := self.trees.get(t)) and tree.parent != hop:
+                    trees.add(t)  # not back up to the parent it came from
         out: set[Slot] = set()
         for t in trees:
             tree = self.trees.get(t)
-            if tree is not None and tree.parent in self.brokers:
+            if tree is None:
+                continue
+            if tree.parent in self.brokers:
                 out.add((tree.parent, t))
+            for hop in tree.held:  # a former parent that stopped answering: kept for now
+                if hop in self.brokers:
+                    out.add((hop, t))
         return out
 
     def _refresh(self, route: Route) -> list[Out]:

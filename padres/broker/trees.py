@@ -1,10 +1,13 @@
 """The subscription routing table (SRT): advertisements, grouped in the trees they flood along.
 
 An advertisement floods the overlay from the broker where its publisher is attached. Each broker
-keeps the first copy it receives and remembers the hop it came from (the tree's *parent*);
-copies arriving from other hops are dropped. The parent pointers form a spanning tree rooted at
-the publisher's broker, whatever cycles the overlay has. Subscriptions travel up a tree toward
-its root, and publications down it, so a publication reaches each broker at most once.
+keeps the first copy it receives and remembers the hop it came from (the tree's *parent*); the
+copies arriving from other hops are kept as *offers*, the other ways to the root (their paths,
+versions and costs), among which the broker may take another parent later
+(``padres.broker.paths``). The parent pointers form a spanning tree rooted at the publisher's
+broker, whatever cycles the overlay has. Subscriptions travel up a tree toward its root, and
+publications down it, so a publication reaches each broker at most once (while a broker moves
+to another parent, by both, and it keeps the first, ``Seen``).
 
 Several advertisements may share one tree (an advertisement hidden by covering at its own
 broker joins the tree of the one covering it), so a tree lives as long as any of its
@@ -14,14 +17,59 @@ first, then decided exactly by ``padres.matching.relations.overlaps``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from padres.matching.relations import overlaps
 from padres.model.messages import Advertisement, Filter
 from padres.model.protocol import Span
 
-__all__ = ["Tree", "Trees"]
+__all__ = ["SEEN", "Offer", "Seen", "Tree", "Trees"]
+
+SEEN: Final = 100_000
+"""Publications a tree remembers by identity while it moves to another parent, at most."""
+
+
+@dataclass
+class Offer:
+    """A neighbour's way to the root of a tree, as it last said (``RouteAdvertise``,
+    ``RoutePath``)."""
+
+    path: tuple[str, ...]
+    """The brokers from the root down to the neighbour."""
+    version: int
+    cost: float
+    """Its cost to the root, in seconds."""
+
+
+class Seen:
+    """Publications taken, by identity, so that a second copy (by another way) is dropped:
+    at most ``most`` of them, the oldest forgotten first, and with ``within``, none taken
+    longer ago than that (seconds)."""
+
+    def __init__(self, most: int = SEEN, within: float | None = None) -> None:
+        self.most = most
+        self.within = within
+        self._ids: OrderedDict[tuple[str, ...], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def first(self, key: tuple[str, ...], now: float) -> bool:
+        """Whether ``key`` is taken for the first time (it is remembered)."""
+        ids = self._ids
+        if self.within is not None:
+            before = now - self.within
+            while ids and next(iter(ids.values())) < before:
+                ids.popitem(last=False)
+        if key in ids:
+            return False
+        ids[key] = now
+        if len(ids) > self.most:
+            ids.popitem(last=False)
+        return True
 
 
 @dataclass
@@ -38,6 +86,35 @@ class Tree:
     """For a tree of replay offers: the database offering them."""
     period: Span | None = None
     """For a tree of replay offers: the publication times they hold (any when None)."""
+    version: int = 0
+    """The version of the tree this broker holds: its root's, passed down (``paths``)."""
+    cost: float = 0.0
+    """This broker's cost to the root, in seconds, as it last told its neighbours."""
+    feasible: int = 0
+    """The fewest brokers between the root and this one it has had at ``version`` (its
+    feasibility distance, ``paths``)."""
+    offers: dict[str, Offer] = field(default_factory=dict)
+    """The neighbours' ways to the root, by hop (the parent's among them)."""
+    held: set[str] = field(default_factory=set)
+    """Former parents that stopped answering, where the subscriptions for the tree are kept
+    until they answer again (what they held back then still comes)."""
+    draining: dict[str, str] = field(default_factory=dict)
+    """Former parents whose publications are still taken, until they answer ``RouteDrain``:
+    hop -> the request's token ("" while ``held``)."""
+    switched: float = float("-inf")
+    """When this broker last took another parent for the tree (its time)."""
+    settled: float | None = None
+    """Since when what this broker forwards for the tree has settled at its new parent (None
+    until it has, after a move)."""
+    seen: Seen | None = None
+    """While the tree moves to another parent (and ``until`` after): the publications taken."""
+    until: float = 0.0
+    """When ``seen`` may be forgotten, once nothing drains."""
+
+    @property
+    def depth(self) -> int:
+        """Brokers between the root and this one."""
+        return len(self.path) - 1
 
 
 class Trees:

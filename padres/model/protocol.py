@@ -69,6 +69,8 @@ __all__ = [
     "GoingAway",
     "Guaranteed",
     "Hello",
+    "LinkPing",
+    "LinkPong",
     "Lost",
     "Notify",
     "Ok",
@@ -89,7 +91,9 @@ __all__ = [
     "Role",
     "RouteAdvertise",
     "RouteCongestion",
+    "RouteDrain",
     "RouteLoss",
+    "RoutePath",
     "RoutePublish",
     "RouteRelease",
     "RouteSchema",
@@ -100,6 +104,7 @@ __all__ = [
     "RouteTxVote",
     "RouteUnadvertise",
     "RouteUnsubscribe",
+    "RouteVersion",
     "Scope",
     "Span",
     "Subscribe",
@@ -125,6 +130,9 @@ __all__ = [
 Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 """A count, a sequence number or a journal position: never negative, never past
 ``MAX_COUNT``."""
+Cost: TypeAlias = Annotated[float, msgspec.Meta(ge=0.0, le=3600.0)]
+"""A path's cost in seconds (``padres.broker.paths``): never negative; 3,600 is a path that
+carries nothing (a broker on it stopped answering)."""
 
 
 class Role(StrEnum):
@@ -622,6 +630,10 @@ class RouteAdvertise(WireMessage, frozen=True, tag="route_advertise"):
     """The token the receiver echoes back once the advertisement has settled beyond it."""
     period: Span | None = None
     """For a replay offer: the publication times it holds (any when None)."""
+    version: Count = 0
+    """The tree's version at the sender (``RoutePath``)."""
+    cost: Cost = 0.0
+    """The sender's cost to the tree's root, in seconds (``RoutePath``)."""
 
 
 class Span(msgspec.Struct, frozen=True):
@@ -741,6 +753,54 @@ class RouteSubscribe(WireMessage, frozen=True, tag="route_subscribe"):
 class RouteUnsubscribe(WireMessage, frozen=True, tag="route_unsubscribe"):
     subscription_id: str
     trees: tuple[str, ...]
+
+
+class RoutePath(WireMessage, frozen=True, tag="route_path"):
+    """The sender's way to the root of ``tree`` now: the brokers from the root down to it
+    (``path``), the tree's ``version`` it holds and its ``cost`` to the root in seconds.
+    Sent to every neighbour when its path or version changes, or its cost changes by much:
+    the neighbours whose parent in the tree it is follow it, the others keep it as an
+    alternative parent (``padres.broker.paths``)."""
+
+    tree: str
+    path: tuple[str, ...]
+    version: Count
+    cost: Cost
+
+
+class RouteDrain(WireMessage, frozen=True, tag="route_drain"):
+    """To the tree's former parent, after the sender withdrew its subscriptions for ``tree``
+    there: answered with ``done`` at once, which comes behind every publication of the tree
+    the former parent sent before; until then the sender still takes the tree's
+    publications from it (``token`` pairs the answer with its request)."""
+
+    tree: str
+    token: str
+    done: bool = False
+
+
+class RouteVersion(WireMessage, frozen=True, tag="route_version"):
+    """A broker that has no usable way to the root of ``tree`` at ``version`` asks the root,
+    along its neighbours' parents, for a newer version, under which it may take any
+    neighbour as its parent again (``padres.broker.paths``)."""
+
+    tree: str
+    version: Count
+
+
+class LinkPing(WireMessage, frozen=True, tag="link_ping"):
+    """Between neighbour brokers, several times a second: answered with ``LinkPong`` carrying
+    the same ``sent`` (the sender's own clock, never compared with another's). It waits in
+    the send queues and behind the frames each side has to read, so its round trip measures
+    the link with its queues."""
+
+    sent: float
+
+
+class LinkPong(WireMessage, frozen=True, tag="link_pong"):
+    """The answer to ``LinkPing``."""
+
+    sent: float
 
 
 class Echo(WireMessage, frozen=True, tag="echo"):
@@ -976,6 +1036,11 @@ Envelope: TypeAlias = (
     | RouteTxVote
     | RouteTxPart
     | RouteTxOutcome
+    | RoutePath
+    | RouteDrain
+    | RouteVersion
+    | LinkPing
+    | LinkPong
 )
 
 

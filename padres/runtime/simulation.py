@@ -3,7 +3,9 @@
 Every link (broker to broker, client to broker, broker to client) is a FIFO queue, as a
 WebSocket is. ``run`` delivers queued messages a frame at a time (one to ``FRAME`` messages of
 a link), choosing the next link at random from a seeded generator, so the same seed replays the
-same interleaving, and different seeds explore different ones. A broker takes a frame through
+same interleaving, and different seeds explore different ones; a broker can be frozen
+(``freeze``: nothing reaches it or leaves it until ``thaw``), and the measures of its links set
+(``measure``), as the runtime's pings would. A broker takes a frame through
 the pump, as a node does (``padres.runtime.pump``): its publications matched together, then its
 messages in turn, each a millisecond after the last on the simulation's clock; what each one
 answers is committed to the journal and queued on the links before the next is handled, so
@@ -25,6 +27,7 @@ from padres.broker import Broker, BrokerConfig, Covering, Out
 from padres.broker.journal import Journal
 from padres.broker.losses import Tally
 from padres.broker.memory_journal import MemoryJournal
+from padres.broker.paths import LinkState, Switching
 from padres.model.codec import encode
 from padres.model.messages import Publication
 from padres.model.protocol import (
@@ -95,15 +98,20 @@ class Simulation:
         limits: CompositeLimits | None = None,
         clock: float = 0.0,
         accounts: Accounts | None = None,
+        switching: Switching | None = None,
     ) -> None:
         """``clock``: the brokers' time at the start, in Unix seconds; it advances by one
         millisecond per message delivered. ``accounts``: every broker's (``docs/security.md``);
-        brokers and clients then give credentials (``add_broker``, ``attach``)."""
+        brokers and clients then give credentials (``add_broker``, ``attach``).
+        ``switching``: when the brokers move trees to other ways (the default if None)."""
         self.random = random.Random(seed)
         self.covering = covering
         self.conformity = conformity
         self.limits = limits
         self.accounts = accounts
+        self.switching = switching or Switching()
+        self.frozen: set[str] = set()
+        """Brokers that take and send nothing for now (``freeze``)."""
         self.brokers: dict[str, Broker] = {}
         self._pumps: dict[str, Pump] = {}
         self.clients: dict[str, SimClient] = {}
@@ -131,6 +139,7 @@ class Simulation:
             conformity=self.conformity,
             composites=self.limits or CompositeLimits(),
             epoch=str(run),
+            switching=self.switching,
         )
         broker = Broker(
             broker_id,
@@ -180,6 +189,18 @@ class Simulation:
         self._emit(a, self.brokers[a].close(b))
         self._emit(b, self.brokers[b].close(a))
 
+    def freeze(self, broker: str) -> None:
+        """The broker stops (as SIGSTOP stops a process): what is on its way to it waits, and
+        it sends nothing, until ``thaw``; its links stay up."""
+        self.frozen.add(broker)
+
+    def thaw(self, broker: str) -> None:
+        self.frozen.discard(broker)
+
+    def measure(self, broker: str, links: dict[str, LinkState]) -> None:
+        """The runtime of ``broker`` measured its links to these neighbours (by name)."""
+        self._emit(broker, self.brokers[broker].measured(links, self._clock))
+
     def lose(self, broker: str, neighbour: str, tally: Tally, reason: str) -> None:
         """``broker`` dropped the plain publications of ``tally`` on its link to ``neighbour``,
         which ended for ``reason``: it reports them, as a node does (``Broker.lost``)."""
@@ -206,15 +227,28 @@ class Simulation:
     def run(self, max_steps: int = 10_000_000) -> int:
         """Deliver messages until none is left; returns how many were delivered."""
         steps = self.step(max_steps)
-        if self._ready:
+        if self._movable():
             raise RuntimeError(f"no quiescence after {max_steps} messages: a routing loop?")
         return steps
+
+    def _movable(self) -> list[int]:
+        """The indexes in ``_ready`` of the links that may deliver now (neither end frozen)."""
+        frozen = self.frozen
+        if not frozen:
+            return list(range(len(self._ready)))
+        return [i for i, (a, b) in enumerate(self._ready) if a not in frozen and b not in frozen]
 
     def step(self, count: int) -> int:
         """Deliver up to ``count`` messages; returns how many were delivered."""
         steps = 0
         while self._ready and steps < count:
-            i = self.random.randrange(len(self._ready))
+            if self.frozen:
+                movable = self._movable()
+                if not movable:
+                    break
+                i = movable[self.random.randrange(len(movable))]
+            else:
+                i = self.random.randrange(len(self._ready))
             key = self._ready[i]
             queue = self._queues[key]
             # A frame: up to FRAME messages of the link, read together as a node reads them.
@@ -261,7 +295,8 @@ class Simulation:
         committed before what the tick sends, as a node's is)."""
         self._clock += seconds
         for name, broker in self.brokers.items():
-            self._pumps[name].dispatch(broker.tick(self._clock + self.skew.get(name, 0.0)))
+            if name not in self.frozen:
+                self._pumps[name].dispatch(broker.tick(self._clock + self.skew.get(name, 0.0)))
 
     @property
     def clock(self) -> float:
