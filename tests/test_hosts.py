@@ -2,8 +2,8 @@
 whose link from C to B goes through a proxy on this machine. A publication crosses the hosts;
 a host's link set down and up again, a partition the proxy makes (silent, then a reset) and a
 link held to a rate are each recovered from or coped with by the brokers themselves. Then a
-cycle of four hosts whose broker on the publications' way is frozen; and the harness itself:
-nothing left behind, stale runs swept."""
+cycle of four hosts whose broker on the publications' way is frozen and left; and the harness
+itself: nothing left behind, stale runs swept."""
 
 from __future__ import annotations
 
@@ -240,13 +240,15 @@ def test_a_sweep_removes_what_a_run_that_died_left(dead_pid: int) -> None:
 # -- a broker on the way stops answering -----------------------------------------------------------
 
 
-async def test_publications_stop_until_a_frozen_broker_on_their_way_is_given_up(
+async def test_publications_stop_until_a_frozen_broker_on_their_way_is_left(
     chain: Chain,
 ) -> None:
     """D joins A and C: a cycle A-B-C-D, the publisher at A and a subscriber at C, so that
     publications take one of two ways. The broker on it is frozen (SIGSTOP): plain
-    publications stop arriving until its neighbours give it up (two heartbeats without an
-    answer, checked every heartbeat), then take the other way. The gap is measured."""
+    publications stop arriving until C leaves it, because its answers to C's pings are a
+    second overdue or because the link is given up (two heartbeats without a sound, here
+    one second), then take the other way. The gap is measured; with the default heartbeat
+    it is the same (``tests/test_paths_hosts.py``)."""
     await asyncio.to_thread(chain.brokers["D"].start)
     wanted = {"A": ["B", "D"], "B": ["A", "C"], "C": ["B", "D"], "D": ["A", "C"]}
     await eventually(
@@ -258,19 +260,14 @@ async def test_publications_stop_until_a_frozen_broker_on_their_way_is_given_up(
         await watcher.subscribe("[class,eq,'T']", lambda _: arrived.append(time.monotonic()))
         gap = await _gap_while_frozen(chain.publisher, chain.brokers, arrived)
     print(f"publications stopped for {gap:.2f} s (heartbeat {HEARTBEAT} s)")
-    assert 2 * HEARTBEAT <= gap < 4 * HEARTBEAT + 2.0, gap
+    assert 0.5 <= gap < 2.0, gap
 
 
 async def _gap_while_frozen(
     publisher: Client, brokers: dict[str, BrokerProcess], arrived: list[float]
 ) -> float:
-    """Publish every 10 ms; freeze whichever of B and D carries the publications; return
-    the longest time none arrived."""
-
-    def sent() -> dict[str, int]:
-        return {name: health(brokers[name].url)["to_neighbours"]["sent"] for name in "BD"}
-
-    before = sent()
+    """Publish every 10 ms; freeze whichever of B and D carries the publications to C (its
+    parent in their tree); return the longest time none arrived."""
     n = 0
 
     async def publish(seconds: float, since: float | None = None) -> None:
@@ -284,11 +281,11 @@ async def _gap_while_frozen(
             if since is not None and arrived and arrived[-1] > since:
                 until = min(until, arrived[-1] + 0.2)
 
+    await eventually(lambda: health(brokers["C"].url)["paths"]["moving"] == 0)
     await publish(0.5)
     await eventually(lambda: len(arrived) == n)
-    carried = {name: count - before[name] for name, count in sent().items()}
-    on_path = max(carried, key=lambda name: carried[name])
-    assert carried[on_path] >= n and min(carried.values()) < n / 2, carried
+    (on_path,) = health(brokers["C"].url)["paths"]["parents"]
+    assert on_path in "BD"
     brokers[on_path].pause()
     frozen = time.monotonic()
     try:

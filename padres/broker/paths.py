@@ -47,6 +47,7 @@ path changes (its subtree follows), and the runtime's pings (``padres.runtime.pr
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -315,8 +316,12 @@ class Paths:
         return None if best is None else self._move(tree, best[0], now, drain=False)
 
     def statistics(self, names: Mapping[str, str]) -> dict[str, object]:
-        """The links as measured (by neighbour), and the moves made."""
+        """The links as measured (by neighbour), how many trees come through each neighbour,
+        how many are moving (a former parent not yet let go of), and the moves made."""
+        parents = Counter(names[t.parent] for t in self.trees if t.parent in names)
         return {
+            "parents": dict(sorted(parents.items())),
+            "moving": sum(1 for t in self.trees if t.held or t.draining),
             "links": {
                 names.get(hop, hop): {
                     "cost_ms": round(state.cost * 1000, 3),

@@ -16,6 +16,7 @@ from padres.bench import (
     network,
     overlay,
     parse,
+    paths,
     startup,
 )
 from padres.broker import Covering
@@ -136,6 +137,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     s.set_defaults(run=run_startup)
+    a = benches.add_parser(
+        "paths",
+        help="a cycle of four test hosts: a way slowed, a broker frozen, with and without "
+        "adaptive paths",
+    )
+    a.add_argument(
+        "--freeze", type=float, default=6.0, help="seconds the broker on the way stays frozen"
+    )
+    a.add_argument(
+        "--no-baseline", action="store_true", help="only with adaptive paths (half the time)"
+    )
+    a.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    a.set_defaults(run=run_paths)
     for plugin in entry_points(group="padres.benchmarks"):
         plug_in(plugin, benches)
 
@@ -210,3 +224,12 @@ def run_fuzz(args: argparse.Namespace) -> int:
     result = fuzz.run(args.seconds, args.seed, args.broker, slowed=args.slowed)
     show(args, result, fuzz.report)
     return 1 if result["violations"] else 0
+
+
+def run_paths(args: argparse.Namespace) -> int:
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = paths.run(args.freeze, not args.no_baseline, progress)
+    show(args, result, paths.report)
+    return 0

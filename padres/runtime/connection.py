@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from padres.broker.losses import Tally
+from padres.runtime.probe import Probe
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import SendQueue
 
@@ -70,6 +71,8 @@ class Connection:
     refused: Tally = field(default_factory=Tally)
     """The plain publications its link queue refused once it was giving up, summarised as
     they came (the node tells their publishers when it hangs up)."""
+    probe: Probe = field(default_factory=Probe)
+    """A link's measures (``padres.runtime.probe``)."""
 
     @property
     def link(self) -> bool:

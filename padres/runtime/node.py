@@ -24,6 +24,12 @@ dropped once nothing at all (a pong or any other frame) has come from it for twi
 this side was reading. A pong that waits behind frames this side has not read yet (a
 publisher held back by flow control, a busy broker) does not count against the peer; socket
 buffers are kept small so that such a wait stays short.
+
+Measures: besides, every link is measured several times a second by pings that take the
+data's way, through the send queues (``padres.runtime.probe``); the node answers a
+neighbour's as it reads them, and hands its own measures to the core
+(``Broker.measured``), which moves trees away from a neighbour that stopped answering long
+before the keepalive gives it up (``padres.broker.paths``).
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ from padres.model.protocol import (
     Error,
     GoingAway,
     Hello,
+    LinkPing,
+    LinkPong,
     Query,
     Rejected,
     RoutePublish,
@@ -69,6 +77,7 @@ from padres.model.protocol import (
 from padres.runtime.backoff import Backoff
 from padres.runtime.connection import Connection, Phase
 from padres.runtime.http import http_protocol
+from padres.runtime.probe import PROBE
 from padres.runtime.pump import Handled, Pump
 from padres.runtime.rate import Rate
 from padres.runtime.send_queue import QueueStatistics, SendQueue, combined, encode
@@ -378,6 +387,7 @@ class BrokerNode:
             "exceptions": b.dead_letters.queues(),
             "transactions": b.transactions.statistics(),
             "votes": b.votes.statistics(),
+            "paths": b.paths.statistics(b.peers),
         }
 
     async def serve(
@@ -410,6 +420,7 @@ class BrokerNode:
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(self._dial(url)) for url in self.neighbours]
         tasks.append(loop.create_task(self._tick()))
+        tasks.append(loop.create_task(self._measure()))
         tasks += [loop.create_task(service()) for service in self.services]
         serving = loop.create_task(self._server.serve(sockets=[sock]))
         try:
@@ -517,6 +528,29 @@ class BrokerNode:
                 self._close_strangers()
             except Exception:
                 log.exception("%s: failed on a tick", self.broker.id)
+
+    async def _measure(self) -> None:
+        """Ping every link when due, and hand the core the links' measures."""
+        while True:
+            await asyncio.sleep(PROBE / 2)
+            try:
+                self._dispatch(self.measured())
+            except Exception:
+                log.exception("%s: failed measuring the links", self.broker.id)
+
+    def measured(self) -> list[Out]:
+        """Send the pings due, and what the core answers the links' measures now."""
+        now = time.monotonic()
+        peers = self.broker.peers
+        states = {}
+        for hop, connection in self._connections.items():
+            if not connection.link or hop not in peers:
+                continue
+            ping = connection.probe.ping(now)
+            if ping is not None:
+                connection.queue.put(encode(ping))
+            states[hop] = connection.probe.state(now)
+        return self.broker.measured(states, time.time())
 
     # -- connections -------------------------------------------------------------------------
 
@@ -886,7 +920,26 @@ class BrokerNode:
             why = f"frame refused: it holds {hellos} hellos; a connection says hello once"
             self._refuse_frame(hop, why)
             return []
+        if connection is not None and connection.link:
+            return self._probed(connection, items)
         return items
+
+    def _probed(
+        self, connection: Connection, items: Sequence[Envelope | Rejected]
+    ) -> Sequence[Envelope | Rejected]:
+        """A link's frame without its pings and pongs: a ping is answered at once, a pong
+        measures the link (``padres.runtime.probe``)."""
+        if not any(isinstance(item, LinkPing | LinkPong) for item in items):
+            return items
+        rest: list[Envelope | Rejected] = []
+        for item in items:
+            if isinstance(item, LinkPing):
+                connection.queue.put(encode(LinkPong(item.sent)))
+            elif isinstance(item, LinkPong):
+                connection.probe.pong(item.sent, time.monotonic())
+            else:
+                rest.append(item)
+        return rest
 
     def _refuse_frame(self, hop: str, why: str) -> None:
         self._refused += 1
