@@ -20,8 +20,8 @@ unreachable (at once), or when another way is clearly cheaper: ``Switching.ratio
   parent has been answering for as long (one that stopped answering may still hold
   publications from before). Then they are withdrawn from the old parent, which is asked to
   say when it has handled that (``RouteDrain``). Until it has, the tree's plain publications
-  are taken from both, the second copy of each dropped by identity (``Tree.seen``, and for a
-  few seconds before a move, ``accepts``): none sent along either way is lost, none is taken
+  are taken from both, the second copy of each dropped by identity (``accepts``, which also
+  remembers them for a few seconds before a move): none sent along either way is lost, none is taken
   twice, as long as the brokers on the old way do not move meanwhile;
 - its new path goes to every neighbour (``RoutePath``): those below follow, the others update
   their offer;
@@ -55,7 +55,7 @@ from typing import Final
 from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.routes import Out, Routes
-from padres.broker.trees import Offer, Seen, Tree, Trees
+from padres.broker.trees import SEEN, Offer, Seen, Tree, Trees
 from padres.model.protocol import RouteAdvertise, RouteDrain, RoutePath, RouteVersion
 
 __all__ = ["CEILING", "LinkState", "Paths", "Switching"]
@@ -140,12 +140,12 @@ class Paths:
         """Per neighbour that answers, since when it has (this broker's time)."""
         self._holding: set[str] = set()
         """The trees with a former parent ``held``."""
-        self._seeing: set[str] = set()
-        """The trees that tell their publications apart (``Tree.seen``)."""
         self._waiting: set[str] = set()
         """The trees with a clearly cheaper way they may take once their hold is over."""
         self._recent = Seen(RECENT, RECENT_FOR)
         """The publications taken lately down trees with other ways (``accepts``)."""
+        self._moving = Seen(SEEN)
+        """The publications taken down trees moving to other parents (``accepts``)."""
         self.moves = 0
         """How many times a tree moved to another parent here."""
         self.bumps = 0
@@ -243,11 +243,12 @@ class Paths:
         and the answer comes along the parent's way, ahead of what follows it there."""
         if hop != tree.parent and (positioned or hop not in tree.draining):
             return False
-        if tree.seen is None and len(tree.offers) < 2:
+        moving = bool(tree.draining) or now < tree.until
+        if not moving and len(tree.offers) < 2:
             return True  # no other way: no second copy
         fresh = self._recent.first(key, now)
-        if tree.seen is not None:
-            fresh = tree.seen.first(key, now) and fresh
+        if moving:
+            fresh = self._moving.first(key, now) and fresh
         return fresh
 
     # -- measures and time -------------------------------------------------------------------
@@ -273,15 +274,11 @@ class Paths:
         return out
 
     def tick(self, now: float) -> list[Out]:
-        """Let go of former parents done with (``_release``), and forget what told the
-        publications of trees done moving apart."""
+        """Let go of former parents done with (``_release``), and move trees that waited for
+        their hold to be over."""
         out = self._release(now) + self._held_over(now)
-        for tid in sorted(self._seeing):
-            tree = self.trees.get(tid)
-            if tree is None or (not tree.draining and now >= tree.until):
-                self._seeing.discard(tid)
-                if tree is not None:
-                    tree.seen = None
+        for tid in [tid for tid in self._asked if self.trees.get(tid) is None]:
+            del self._asked[tid]
         return out
 
     def link_lost(self, hop: str, now: float) -> tuple[list[Out], list[Tree]]:
@@ -428,9 +425,7 @@ class Paths:
         if drain and self.routes.sends_to(old, tree.id):
             tree.held.add(old)
             tree.draining[old] = ""
-            tree.seen = tree.seen or Seen()
             self._holding.add(tree.id)
-            self._seeing.add(tree.id)
         tree.parent = hop
         tree.path = (*offer.path, self.id)
         if offer.version > tree.version:

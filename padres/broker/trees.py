@@ -7,7 +7,7 @@ versions and costs), among which the broker may take another parent later
 (``padres.broker.paths``). The parent pointers form a spanning tree rooted at the publisher's
 broker, whatever cycles the overlay has. Subscriptions travel up a tree toward its root, and
 publications down it, so a publication reaches each broker at most once (while a broker moves
-to another parent, by both, and it keeps the first, ``Seen``).
+a tree to another parent, by both, and it keeps the first: ``Seen``).
 
 Several advertisements may share one tree (an advertisement hidden by covering at its own
 broker joins the tree of the one covering it), so a tree lives as long as any of its
@@ -29,7 +29,8 @@ from padres.model.protocol import Span
 __all__ = ["SEEN", "Offer", "Seen", "Tree", "Trees"]
 
 SEEN: Final = 100_000
-"""Publications a tree remembers by identity while it moves to another parent, at most."""
+"""Publications a broker remembers by identity across the trees that move to other parents,
+at most."""
 
 
 @dataclass
@@ -106,10 +107,10 @@ class Tree:
     settled: float | None = None
     """Since when what this broker forwards for the tree has settled at its new parent (None
     until it has, after a move)."""
-    seen: Seen | None = None
-    """While the tree moves to another parent (and ``until`` after): the publications taken."""
     until: float = 0.0
-    """When ``seen`` may be forgotten, once nothing drains."""
+    """Until when its publications are told apart by identity, once nothing drains: while
+    it moves to another parent and a little after, a second copy may come by the other way
+    (``paths``)."""
 
     @property
     def depth(self) -> int:
