@@ -421,7 +421,8 @@ class Broker:
         """The runtime measured the links to the neighbours (by hop): trees move to better
         ways to their roots (``paths``). The runtime calls this a few times a second."""
         self._now = now
-        return self._effects(self.paths.measured(links, now), sync=True)
+        out = self.paths.measured(links, now)
+        return self._effects(out, sync=True) if out else out  # a move sends something
 
     def tick(self, now: float) -> list[Out]:
         """Time passes with no message: requests that waited too long end, and durable
