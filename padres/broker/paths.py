@@ -21,8 +21,8 @@ unreachable (at once), or when another way is clearly cheaper: ``Switching.ratio
   publications from before). Then they are withdrawn from the old parent, which is asked to
   say when it has handled that (``RouteDrain``). Until it has, the tree's plain publications
   are taken from both, the second copy of each dropped by identity (``accepts``, which also
-  remembers them for a few seconds before a move): none sent along either way is lost, none is taken
-  twice, as long as the brokers on the old way do not move meanwhile;
+  remembers them for a few seconds before a move): none sent along either way is lost, none
+  is taken twice, as long as the brokers on the old way do not move meanwhile;
 - its new path goes to every neighbour (``RoutePath``): those below follow, the others update
   their offer;
 - guaranteed publications are taken from the parent only, and the durable subscriptions
@@ -41,8 +41,10 @@ closes on itself. A broker whose only other ways are not feasible while its pare
 asks the root for a newer version (``RouteVersion``, along a neighbour's parents): the root
 raises it and says so down the tree, and every way is feasible again.
 
-Costs: an offer per tree per neighbour, a ``RoutePath`` per tree to each neighbour when a
-path changes (its subtree follows), and the runtime's pings (``padres.runtime.probe``).
+Costs: an offer per tree per neighbour; a ``RoutePath`` per tree to each neighbour when a
+path changes (its subtree follows); per move, the tree's subscriptions sent again and a
+recovery per durable subscription below; the identities of publications on trees with other
+ways (``RECENT``, ``SEEN``: bounded); the runtime's pings (``padres.runtime.probe``).
 """
 
 from __future__ import annotations
@@ -416,8 +418,8 @@ class Paths:
 
     def _move(self, tree: Tree, hop: str, now: float, *, drain: bool) -> list[Out]:
         """Take ``hop`` as ``tree``'s parent (see the module docstring); ``drain``: the old
-        parent is still linked: it is asked to say when it has stopped sending, or held if
-        it does not answer."""
+        parent is still linked, and keeps the subscriptions until ``_release`` lets it go
+        (without, it lost the tree or its link: nothing more comes from it)."""
         old = tree.parent
         offer = tree.offers[hop]
         tree.held.discard(hop)
