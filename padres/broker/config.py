@@ -7,6 +7,7 @@ and the type do not:
 - ``option``: the option's name, if not ``--`` and the field's name with dashes; None: none;
 - ``help``: the option's help, if the docstring does not fit it (a flag that turns a default on
   setting off, say);
+- ``metavar``: what the help calls the option's value, if not ``N`` or ``SECONDS``;
 - ``prefix``: for a group of settings (a dataclass), what its fields' options start with;
 - ``fields``: for a group, the only fields that are options, each with its own metadata.
 """
@@ -89,7 +90,7 @@ class BrokerConfig:
                     "help": "keep each tree's parent until the link to it is lost, however "
                     "slow it is or long it stays silent (no measured paths)",
                 },
-                "ratio": {},
+                "ratio": {"metavar": "RATIO"},
                 "gain": {},
                 "hold": {},
             },

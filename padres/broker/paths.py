@@ -100,8 +100,8 @@ class Switching:
     """Move trees to the better ways as links are measured; off: a tree keeps its parent until
     the link to it is lost."""
     ratio: float = 2.0
-    """Another way is taken when the parent's costs this many times more (and ``gain``
-    seconds more); a suspect parent is left for any way that carries something."""
+    """Another way is taken when the parent's costs this many times more, and more by the
+    gain; a parent that stopped answering is left for any way that carries something."""
     gain: float = 0.05
     """Seconds another way must save, at least, to be taken instead of a parent that answers."""
     hold: float = 2.0

@@ -73,7 +73,7 @@ class _Option:
                 self.kwargs = {"choices": choices, "default": default.value}
                 shown = default.value
             else:
-                metavar = "N" if isinstance(default, int) else "SECONDS"
+                metavar = meta.get("metavar") or ("N" if isinstance(default, int) else "SECONDS")
                 self.kwargs = {"type": type(default), "default": default, "metavar": metavar}
                 shown = f"{default:g}" if isinstance(default, float) else str(default)
             help = meta.get("help") or f"{_sentence(doc)} (default {shown})"
