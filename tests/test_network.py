@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -182,6 +183,36 @@ async def test_heartbeats_detect_a_hung_broker_and_its_routes_come_back(
         await _routes_at(pub, 1)
         await pub.publish("[class,'T']", id="back")
         await eventually(lambda: inbox.ids() == ["back"])
+
+
+async def test_links_are_measured_and_a_frozen_neighbour_is_suspect_before_it_is_given_up(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """Each broker pings its neighbours four times a second (``padres.runtime.probe``): the
+    links' costs show in ``/health``. A neighbour frozen (SIGSTOP) is suspect within about a
+    second, while its link is still up (given up after two heartbeats)."""
+    b = BrokerProcess("B", options=["--heartbeat", "5"])
+    brokers["B"] = b
+    a = BrokerProcess("A", neighbours=[b.start()], options=["--heartbeat", "5"])
+    brokers["A"] = a
+    a.start()
+
+    def link(url: str, name: str) -> dict[str, Any]:
+        links: dict[str, dict[str, Any]] = health(url)["paths"]["links"]
+        return links.get(name, {})
+
+    await eventually(lambda: 0 < link(a.url, "B").get("cost_ms", 0) < 500)
+    assert link(b.url, "A")["suspect"] is False
+    b.pause()
+    frozen = time.monotonic()
+    try:
+        await eventually(lambda: link(a.url, "B").get("suspect") is True, timeout=5)
+        suspected = time.monotonic() - frozen
+        assert health(a.url)["neighbours"] == ["B"]  # the link is still up
+    finally:
+        b.resume()
+    assert 0.7 < suspected < 3.0, suspected
+    await eventually(lambda: link(a.url, "B").get("suspect") is False, timeout=5)
 
 
 async def test_a_broker_that_cannot_be_reached_is_a_connect_error() -> None:

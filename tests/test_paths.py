@@ -1,6 +1,7 @@
 """Adaptive paths in the simulation: a tree moves away from a parent that stopped answering or
 is clearly slower, and back, without a loop at any moment, without losing or doubling plain
-publications, and with guaranteed ones exactly once and in order."""
+publications, and with guaranteed ones exactly once and in order; and the runtime's probe of
+a link."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from padres.model.protocol import (
     RouteUnadvertise,
     RouteUnsubscribe,
 )
+from padres.runtime.probe import SMOOTHING, SUSPECT, Probe
 from padres.runtime.simulation import SimClient, Simulation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -464,3 +466,24 @@ def test_durable_subscribers_take_everything_once_in_order_through_random_moves(
         for i, count in counts.items():
             assert taken[name].get(i, []) == list(range(1, count + 1)), (name, i)
     assert sum(b.paths.moves for b in sim.brokers.values()) > 10
+
+
+def test_a_probe_smooths_round_trips_and_suspects_an_answer_a_second_overdue() -> None:
+    probe = Probe()
+    ping = probe.ping(10.0)
+    assert ping is not None and probe.ping(10.1) is None  # one out at a time
+    probe.pong(ping.sent, 10.004)
+    state = probe.state(10.1)
+    assert state.cost == pytest.approx(0.002) and not state.suspect
+    assert probe.ping(10.2) is None  # not yet due
+    ping = probe.ping(10.3)
+    assert ping is not None
+    probe.pong(99.0, 10.5)  # not the one out: ignored
+    probe.pong(ping.sent, 10.704)  # 404 ms: smoothed
+    assert probe.rtt == pytest.approx(0.004 + SMOOTHING * 0.4)
+    ping = probe.ping(11.0)
+    assert ping is not None
+    assert not probe.state(11.0 + SUSPECT).suspect
+    assert probe.state(11.0 + SUSPECT + 0.01).suspect
+    probe.pong(ping.sent, 12.5)  # it answers again
+    assert not probe.state(12.5).suspect
