@@ -4,8 +4,9 @@ transaction (``historic.outbox``) or from its tables' changes (``historic.rules`
 into it (``historic.inbox``); a database node's internal subscriptions run SQL for what it is
 sent (``historic.internal``)."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from rete.lazy import lazy
 
 if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
     from historic.errors import InboxError as InboxError
@@ -46,15 +47,4 @@ and the command line, which imports ``historic.cli``, needs it only to run ``pad
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # found without this function from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy(globals(), _HOMES)

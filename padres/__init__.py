@@ -7,8 +7,9 @@ Each name is imported from its module on first use (``padres.Client``, ``from pa
 Broker``): ``import padres``, and the command line, load only what they use.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from rete.lazy import lazy
 
 if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
     from padres.broker import Broker as Broker
@@ -182,15 +183,4 @@ _HOMES: Final = {
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # found without this function from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy(globals(), _HOMES)

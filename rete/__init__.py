@@ -8,8 +8,9 @@ shared alpha nodes evaluated once per fact. The beta network joins composite par
 memories hash-indexed on the shared variables. Conditions come and go at any time.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from rete.lazy import lazy
 
 if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
     from rete.beta import Activation as Activation
@@ -50,15 +51,4 @@ _HOMES: Final = {
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # found without this function from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy(globals(), _HOMES)

@@ -2,8 +2,9 @@
 catalog of per-file statistics in SQL, and answered for historic subscriptions without Spark
 (see ``docs/archives.md``)."""
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from rete.lazy import lazy
 
 if TYPE_CHECKING:  # what ``__getattr__`` loads, for type checkers: the same names and homes
     from spark.archive import Archive as Archive
@@ -48,15 +49,4 @@ to load, and the command line, which imports ``spark.cli``, needs neither."""
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # found without this function from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy(globals(), _HOMES)
