@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
+import pytest
 
 from padres.client.connection import Delivery
 from padres.model.protocol import Notify, http_url
 from padres.runtime.backoff import Backoff
+from padres.testing.processes import BrokerProcess
 
 __all__ = ["Numbers", "eventually", "health", "wait_linked"]
 
@@ -75,3 +78,15 @@ class Numbers:
     def __call__(self, delivery: Delivery) -> None:
         assert isinstance(delivery, Notify)
         self.got.append(int(delivery.publication.attributes["n"]))
+
+
+@contextlib.contextmanager
+def journalled_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker ``B`` with its journal on disk, pinging its clients every second."""
+    data = tmp_path_factory.mktemp("broker")
+    proc = BrokerProcess("B", options=["--heartbeat", "1", "--data", str(data)])
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -28,7 +28,7 @@ from padres.language.parser import parse_filter
 from padres.model.protocol import Scope
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 from tests.postgres import database_url, drop_schema
-from tests.support import eventually
+from tests.support import eventually, journalled_broker
 
 pytestmark = pytest.mark.anyio
 
@@ -51,14 +51,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """A broker with its journal on disk, pinging its clients every second."""
-    data = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess("B", options=["--heartbeat", "1", "--data", str(data)])
-    proc.start()
-    try:
+    with journalled_broker(tmp_path_factory) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -51,10 +51,9 @@ from padres.cli import main
 from padres.client.connection import Client, Delivery
 from padres.language.parser import parse_predicates
 from padres.model.protocol import Notify
-from padres.testing.processes import BrokerProcess
 from rete.operators import Op, Value, evaluate
 from tests.postgres import database_url, drop_schema
-from tests.support import eventually
+from tests.support import eventually, journalled_broker
 
 pytestmark = pytest.mark.anyio
 
@@ -100,13 +99,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess("B", options=["--heartbeat", "1", "--data", str(data)])
-    proc.start()
-    try:
+    with journalled_broker(tmp_path_factory) as proc:
         yield proc.url
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

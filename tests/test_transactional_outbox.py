@@ -21,10 +21,9 @@ from historic.errors import OutboxError
 from historic.outbox import OutboxRelay, TransactionalOutbox
 from padres.client.connection import Client
 from padres.errors import RequestFailed
-from padres.testing.processes import BrokerProcess
 from tests.outbox_app import ADVERTISEMENT, app, orders
 from tests.postgres import database_url, drop_schema
-from tests.support import Numbers, eventually
+from tests.support import Numbers, eventually, journalled_broker
 
 pytestmark = pytest.mark.anyio
 
@@ -38,14 +37,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One broker process, its journal on disk, for the module."""
-    data = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess("B", options=["--heartbeat", "1", "--data", str(data)])
-    proc.start()
-    try:
+    with journalled_broker(tmp_path_factory) as proc:
         yield proc.url
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
