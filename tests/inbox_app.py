@@ -6,7 +6,8 @@ at a chosen moment; the fault tests of atomic consumption run it as a process of
 It prints ``ready`` once its subscription is made. MODE ``write``: it dies in the middle of the
 transaction that applies order N (its row written, not committed); ``commit``: right after
 that transaction committed, before the broker is told; ``run``: it dies only when killed from
-outside, or exits once TOTAL orders are applied.
+outside, or exits once TOTAL orders are applied; ``outside``: as ``run``, taking 5 ms more
+for each order, so that a kill from outside lands while orders are still coming.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from typing import Final
 
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, create_engine, func
@@ -49,6 +51,8 @@ def main(database: str, broker: str, name: str, tag: str, mode: str, n: str, tot
     def apply(conn: Connection, note: Notify) -> None:
         got = note.publication.attributes["n"]
         conn.execute(applied.insert().values(tag=tag, n=got))
+        if mode == "outside":
+            time.sleep(0.005)
         if mode == "write" and got == die:
             os.kill(os.getpid(), signal.SIGKILL)
 

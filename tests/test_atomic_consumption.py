@@ -168,9 +168,10 @@ async def test_a_consumer_killed_at_random_points_applies_each_delivery_once_in_
     database: str, broker: BrokerProcess
 ) -> None:
     """A stream of guaranteed publications; the consumer process is killed (SIGKILL) over and
-    over: in the middle of its transaction, right after its commit, or from outside at a
-    random moment, and started again; in the second round its broker is killed too, and
-    restarted on its journal, while the consumer runs. Every publication is applied exactly
+    over, at a random point of the stream: in the middle of its transaction, right after its
+    commit, or from outside whatever it is doing once it has come that far, and started
+    again; in the second round its broker is killed too, and restarted on its journal, while
+    the consumer runs. Every publication is applied exactly
     once, in order. ``PADRES_TEST_KILLS``: how many times (3 by default, one of each kind),
     ``PADRES_TEST_PUBLICATIONS`` how many (100 for every 3 kills by default),
     ``PADRES_TEST_SEED`` the random choices."""
@@ -188,12 +189,14 @@ async def test_a_consumer_killed_at_random_points_applies_each_delivery_once_in_
             done = len(_applied(engine, tag))
             # A dying point before the end of the stream, with room left for the later rounds.
             room = max(1, (total - done) // (len(modes) - number + 2))
-            proc = _spawn(database, broker.url, tag, mode, done + rng.randint(1, room), total)
+            die = done + rng.randint(1, room)
+            proc = _spawn(database, broker.url, tag, mode, die, total)
             try:
                 if await _ready(proc) and publisher is None:
                     publisher = asyncio.create_task(_publish(broker.url, tag, total))
-                if mode == "outside":
-                    await asyncio.sleep(rng.uniform(0.02, 0.3))
+                if mode == "outside":  # once it has come that far, whatever it is doing then
+                    while len(_applied(engine, tag)) < die and proc.poll() is None:
+                        await asyncio.sleep(0.002)
                     proc.kill()
                 if number == 2:
                     await asyncio.sleep(rng.uniform(0.0, 0.1))
