@@ -32,6 +32,7 @@ from padres.model.codec import encode
 from padres.model.messages import Publication
 from padres.model.protocol import CompositeNotify, ExceptionEntry, Outcome, Scope
 from tests.postgres import LIBPQ, postgres_or_skip, reachable
+from tests.strategies import scaled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -500,5 +501,7 @@ class SideBySide(RuleBasedStateMachine):
         self.both(lambda j: j.dead_letter_queues())
 
 
-SideBySide.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+SideBySide.TestCase.settings = settings(
+    max_examples=scaled(40), stateful_step_count=40, deadline=None
+)
 test_the_journals_answer_alike = SideBySide.TestCase
