@@ -17,6 +17,13 @@ delivery of the round is checked against a global oracle that knows every subscr
   needed reached that broker.
 
 At the end every client leaves and every routing table of the overlay must be empty.
+
+Two workloads: ``random`` (filters of three classes over two small integer attributes and a
+short string, composite subscriptions among them) and ``stock`` (the real quotes, published at
+random by publishers that advertise their ranges; subscriptions in PADRES style, as
+``padres bench match`` makes them). ``compare`` runs the same seed without and with merging
+(``padres.broker.merging``) and reports both: routing table sizes, and the publications sent
+between brokers, of which those that matched nothing where they arrived.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from padres.bench import machine
-from padres.broker import Covering, routing_filter
+from padres.bench.workloads import STOCK_ATTRIBUTES, stock_subscriptions
+from padres.broker import Covering, Merging, routing_filter
 from padres.matching.matcher import CompositeMatch, filter_bindings, matches
 from padres.matching.reference import ReferenceMatcher
 from padres.model.messages import (
@@ -47,7 +55,7 @@ from padres.model.messages import (
 from padres.runtime.simulation import SimClient, Simulation
 from rete.operators import Op
 
-__all__ = ["report", "run"]
+__all__ = ["RandomWorkload", "StockWorkload", "compare", "report", "report_compared", "run"]
 
 _CLASSES = ("Order", "Quote", "Alert")
 _SYMBOLS = ("ab", "ac", "ba", "bb", "ca")
@@ -91,6 +99,71 @@ def conforming(rng: random.Random, adv: Filter, ident: str) -> Publication | Non
         if matches(adv, pub):
             return pub
     return None
+
+
+class Workload(Protocol):
+    """What the clients advertise, subscribe to and publish."""
+
+    @property
+    def composites(self) -> bool:
+        """Whether subscribers also make composite subscriptions."""
+        ...
+
+    def advertisement(self) -> Filter: ...
+
+    def subscription(self) -> Filter: ...
+
+    def publication(self, adv: Filter, ident: str) -> Publication | None:
+        """A publication that conforms to ``adv`` (None if none was found)."""
+        ...
+
+
+class RandomWorkload:
+    """Random filters (``random_filter``) and publications that conform to an advertisement."""
+
+    composites = True
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def advertisement(self) -> Filter:
+        return random_filter(self.rng)
+
+    def subscription(self) -> Filter:
+        return random_filter(self.rng)
+
+    def publication(self, adv: Filter, ident: str) -> Publication | None:
+        return conforming(self.rng, adv, ident)
+
+
+class StockWorkload:
+    """The real quotes, each publisher advertising the ranges of all of them (every quote
+    conforms); subscriptions as ``padres.bench.workloads.stock_subscriptions`` makes them;
+    each publication a quote drawn at random."""
+
+    composites = False
+
+    def __init__(self, quotes: Sequence[Publication], rng: random.Random, seed: int) -> None:
+        self.rng = rng
+        self.quotes = quotes
+        self._subscriptions = stock_subscriptions(1 << 62, list(quotes), seed)
+        preds = [Predicate("class", Op.EQ, "STOCK"), Predicate("symbol", Op.IS_PRESENT)]
+        for attribute in STOCK_ATTRIBUTES:
+            values = [q.attributes[attribute] for q in quotes]
+            preds.append(Predicate(attribute, Op.GE, min(values)))
+            preds.append(Predicate(attribute, Op.LE, max(values)))
+        preds.append(Predicate("date", Op.IS_PRESENT))
+        self._advertisement = Filter(tuple(preds))
+
+    def advertisement(self) -> Filter:
+        return self._advertisement
+
+    def subscription(self) -> Filter:
+        return next(self._subscriptions).filter
+
+    def publication(self, adv: Filter, ident: str) -> Publication | None:
+        quote = self.rng.choice(self.quotes)
+        return Publication(ident, quote.attributes, _EPOCH, "")
 
 
 def _composite(rng: random.Random, ident: str) -> CompositeSubscription:
@@ -190,9 +263,13 @@ class Oracle:
 class Driver:
     """Issues random operations into a simulation and checks each round against the oracle."""
 
-    def __init__(self, sim: Simulation, clients: int, rng: random.Random) -> None:
+    def __init__(
+        self, sim: Simulation, clients: int, rng: random.Random, workload: Workload
+    ) -> None:
         self.sim = sim
         self.rng = rng
+        self.workload = workload
+        self.published = 0
         self.oracle = Oracle()
         names = sorted(sim.brokers)
         self.clients = [sim.attach(f"c{i}", rng.choice(names)) for i in range(clients)]
@@ -238,7 +315,7 @@ class Driver:
         if client is None:
             return
         aid = self._next("a")
-        flt = random_filter(self.rng)
+        flt = self.workload.advertisement()
         self.oracle.advs[(client.name, aid)] = Held(client.name, flt, self.oracle.round)
         self.oracle.touched.add((client.name, aid))
         self.sim.send(client, Advertisement(aid, flt))
@@ -256,12 +333,15 @@ class Driver:
         if client is None:
             return
         sid = self._next("s")
-        flt = random_filter(self.rng)
+        flt = self.workload.subscription()
         self.oracle.subs[(client.name, sid)] = Held(client.name, flt, self.oracle.round)
         self.oracle.touched.add((client.name, sid))
         self.sim.send(client, Subscription(sid, flt))
 
     def _op_cs(self) -> None:
+        if not self.workload.composites:
+            self._op_sub()
+            return
         client = self._client()
         if client is None:
             return
@@ -284,8 +364,9 @@ class Driver:
         key = self._mine(self.oracle.advs)
         if key is None:
             return
-        pub = conforming(self.rng, self.oracle.advs[key].filter, self._next("p"))
+        pub = self.workload.publication(self.oracle.advs[key].filter, self._next("p"))
         if pub is not None:
+            self.published += 1
             self.oracle.pubs.append((pub, key[0], key[1], frozenset(self._acknowledged())))
             self.sim.send(self.live[key[0]], pub)
 
@@ -397,10 +478,16 @@ def run(
     covering: Covering = Covering.LAZY,
     extra_links: float = 0.5,
     progress: Callable[[str], None] | None = None,
+    *,
+    merging: Merging | None = None,
+    quotes: Sequence[Publication] | None = None,
 ) -> dict[str, Any]:
-    """Build the overlay, run the rounds, check them; returns figures and any violations."""
+    """Build the overlay, run the rounds, check them; returns figures and any violations.
+    ``quotes``: the stock workload on these quotes (else the random one)."""
     rng = random.Random(seed)
-    sim = Simulation(seed, covering=covering)
+    merging = merging or Merging()
+    sim = Simulation(seed, covering=covering, merging=merging)
+    workload: Workload = RandomWorkload(rng) if quotes is None else StockWorkload(quotes, rng, seed)
     started = time.perf_counter()
     for i in range(brokers):
         sim.add_broker(f"B{i}")
@@ -410,7 +497,7 @@ def run(
     sim.run()
     if progress:
         progress(f"overlay of {brokers} brokers and {len(edges)} links built")
-    driver = Driver(sim, clients, rng)
+    driver = Driver(sim, clients, rng, workload)
     for i in range(rounds):
         driver.round(operations)
         if progress:
@@ -418,8 +505,7 @@ def run(
                 f"round {i + 1}/{rounds}: {sim.delivered:,} messages, "
                 f"{len(driver.oracle.violations)} violations, {time.perf_counter() - started:.1f} s"
             )
-    peak_routes = sum(len(b.routes) for b in sim.brokers.values())
-    peak_trees = sum(len(b.trees) for b in sim.brokers.values())
+    tables = _tables(sim)
     driver.finish()
     elapsed = time.perf_counter() - started
     o = driver.oracle
@@ -430,31 +516,60 @@ def run(
         "clients": clients,
         "rounds": rounds,
         "operations": rounds * operations,
+        "workload": "random" if quotes is None else "stock",
         "covering": covering.value,
+        "merging": "off" if not merging.enabled else "on",
+        "merge_imperfect": merging.imperfect,
         "seed": seed,
         "messages": sim.delivered,
+        "published": driver.published,
+        "publications_routed": sim.publications_routed,
+        "unwanted": sum(b.routes.unwanted for b in sim.brokers.values()),
         "deliveries": o.deliveries,
         "checked": o.checked,
         "composite_matches": o.composite_matches,
-        "routes_at_end_of_rounds": peak_routes,
-        "trees_at_end_of_rounds": peak_trees,
+        **tables,
         "seconds": elapsed,
         "messages_per_second": sim.delivered / elapsed,
         "violations": o.violations,
     }
 
 
+def _tables(sim: Simulation) -> dict[str, int]:
+    """The routing tables' sizes over the overlay (at the end of the rounds)."""
+    brokers = sim.brokers.values()
+    merging = [b.routes.mergers.statistics() for b in brokers]
+    return {
+        "routes_at_end_of_rounds": sum(len(b.routes) for b in brokers),
+        "forwarded_at_end_of_rounds": sum(b.routes.forwarded() for b in brokers),
+        "merged_at_end_of_rounds": sum(m.merged for m in merging),
+        "inexact_at_end_of_rounds": sum(m.inexact for m in merging),
+        "trees_at_end_of_rounds": sum(len(b.trees) for b in brokers),
+    }
+
+
+def compare(merging: Merging, **kwargs: Any) -> dict[str, Any]:
+    """``run`` twice on the same seed, without merging and with ``merging``."""
+    return {"unmerged": run(**kwargs), "merged": run(merging=merging, **kwargs)}
+
+
 def report(result: dict[str, Any]) -> str:
+    merging = "off" if result["merging"] == "off" else _merging(result)
     lines = [
         f"{result['brokers']} brokers, {result['links']} links (cyclic), {result['clients']} "
         f"clients, {result['operations']:,} operations in {result['rounds']} rounds, "
-        f"covering {result['covering']}, seed {result['seed']}",
+        f"{result['workload']} workload, covering {result['covering']}, merging {merging}, "
+        f"seed {result['seed']}",
         f"  {result['messages']:,} messages routed in {result['seconds']:.1f} s "
         f"({result['messages_per_second']:,.0f} per second, one process)",
         f"  {result['deliveries']:,} deliveries; {result['checked']:,} required deliveries "
         f"checked; {result['composite_matches']:,} composite matches checked",
         f"  routing entries at the end of the rounds: {result['routes_at_end_of_rounds']:,} "
-        f"subscriptions, {result['trees_at_end_of_rounds']:,} advertisements",
+        f"subscriptions ({result['forwarded_at_end_of_rounds']:,} forwarded, "
+        f"{result['merged_at_end_of_rounds']:,} of them merged), "
+        f"{result['trees_at_end_of_rounds']:,} advertisements",
+        f"  {result['published']:,} publications sent {result['publications_routed']:,} times "
+        f"from broker to broker, {result['unwanted']:,} of them to no use",
         f"  oracle: {len(result['violations'])} violations"
         + "".join(f"\n    {v}" for v in result["violations"][:20]),
         "  after every client left: every routing table empty"
@@ -462,3 +577,45 @@ def report(result: dict[str, Any]) -> str:
         else "",
     ]
     return "\n".join(line for line in lines if line)
+
+
+def _merging(result: dict[str, Any]) -> str:
+    rate = result["merge_imperfect"]
+    return f"on (imperfect up to {rate:g})" if rate else "on (perfect only)"
+
+
+_COMPARED = (
+    ("routing table entries (all brokers)", "routes_at_end_of_rounds"),
+    ("  forwarded to neighbours", "forwarded_at_end_of_rounds"),
+    ("  of which merged filters", "merged_at_end_of_rounds"),
+    ("  of which imperfect", "inexact_at_end_of_rounds"),
+    ("messages (all links)", "messages"),
+    ("publications broker to broker", "publications_routed"),
+    ("  to no use (matched nothing there)", "unwanted"),
+    ("deliveries", "deliveries"),
+    ("required deliveries checked", "checked"),
+    ("oracle violations", "violations"),
+    ("seconds", "seconds"),
+)
+
+
+def report_compared(result: dict[str, Any]) -> str:
+    """``compare``'s runs side by side."""
+    off, on = result["unmerged"], result["merged"]
+    lines = [
+        f"{off['brokers']} brokers, {off['links']} links (cyclic), {off['clients']} clients, "
+        f"{off['operations']:,} operations in {off['rounds']} rounds, {off['workload']} "
+        f"workload, covering {off['covering']}, seed {off['seed']}; "
+        f"{off['published']:,} publications",
+        f"  {'':38} {'unmerged':>12} {'merged':>12}",
+        f"  {'':38} {'':>12} {_merging(on):>12}",
+    ]
+    for label, key in _COMPARED:
+        a, b = off[key], on[key]
+        if isinstance(a, list):
+            a, b = len(a), len(b)
+        cells = [f"{v:12.1f}" if isinstance(v, float) else f"{v:12,}" for v in (a, b)]
+        lines.append(f"  {label:38} {cells[0]} {cells[1]}")
+    for name, run_ in (("unmerged", off), ("merged", on)):
+        lines += [f"  {name}: {v}" for v in run_["violations"][:10]]
+    return "\n".join(lines)

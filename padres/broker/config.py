@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from padres.broker.merging import Merging
 from padres.broker.paths import Switching
 from padres.broker.quotas import Quotas
 from padres.broker.routes import Covering
@@ -33,6 +34,17 @@ class BrokerConfig:
     """How a subscription covered by one already forwarded is handled: off (forwarded all
     the same), lazy (not forwarded), active (forwarding a subscription also withdraws those
     it covers)."""
+    merging: Merging = field(
+        default=Merging(),
+        metadata={
+            "fields": {
+                "enabled": {"option": "--merging"},
+                "imperfect": {"option": "--merge-imperfect", "metavar": "RATE"},
+            }
+        },
+    )
+    """Whether the subscriptions forwarded to one neighbour are merged into fewer filters
+    (docs/architecture.md, "Merging")."""
     conformity: bool = field(
         default=True,
         metadata={

@@ -166,7 +166,9 @@ class Broker:
         self.credentials = credentials or Credentials()
         self.trees = Trees()
         self.network = Network(config.composites)
-        self.routes = Routes(self.trees, self.network, config.covering)
+        self.routes = Routes(
+            self.trees, self.network, config.covering, config.merging, self._new_id
+        )
         self.archives = Trees()
         """The trees of the databases' replay offers."""
         self.history = History(
@@ -328,6 +330,7 @@ class Broker:
             len(self.trees)
             or len(self.archives)
             or len(self.routes)
+            or len(self.routes.mergers)
             or len(self.network)
             or len(self.advertising)
             or len(self.echoes)

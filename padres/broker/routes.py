@@ -27,6 +27,10 @@ client (or several durable subscriptions) reaches them in priority order, higher
 (``Matches``). A client that gave none of its subscriptions a priority pays nothing for it: its
 ids are not sorted, so equal priorities come in no promised order (in the order made, where a
 client's priorities differ).
+
+Merging (``padres.broker.merging``, when on): what is forwarded to a slot is handed to the
+slot's ``Mergers``, which sends the neighbour fewer filters, each standing for one or more of
+the subscriptions forwarded there; covering works as before on the subscriptions themselves.
 """
 
 from __future__ import annotations
@@ -38,24 +42,22 @@ from itertools import combinations, islice
 from operator import attrgetter
 from typing import Final, Literal, NamedTuple, TypeAlias
 
+from padres.broker.merging import Mergers, Merging, Slot
 from padres.broker.trees import Trees
 from padres.matching.relations import covers, overlaps
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.messages import Filter, Predicate, Publication, Subscription
-from padres.model.protocol import MAX_PRIORITY, Envelope, RouteSubscribe, RouteUnsubscribe
+from padres.model.protocol import MAX_PRIORITY, Envelope, RouteSubscribe
 from rete import Activation, Network
 from rete.operators import Op
 
-__all__ = ["COVER_SCAN", "Covering", "Matches", "Out", "Route", "Routes", "Sink"]
+__all__ = ["COVER_SCAN", "Covering", "Matches", "Out", "Route", "Routes", "Sink", "Slot"]
 
 COVER_SCAN: Final = 64
 """Routes (or local advertisements) of the same class tried as covers of a new one, at most."""
 
 Out: TypeAlias = tuple[str, Envelope]
 """A message to send, and the hop to send it to."""
-
-Slot: TypeAlias = tuple[str, str]
-"""(neighbour hop, tree id): one place a subscription can be forwarded to."""
 
 
 class Covering(StrEnum):
@@ -131,10 +133,24 @@ class Route:
 class Routes:
     """Subscriptions with their routes, and the Rete network that matches publications."""
 
-    def __init__(self, trees: Trees, network: Network, covering: Covering) -> None:
+    def __init__(
+        self,
+        trees: Trees,
+        network: Network,
+        covering: Covering,
+        merging: Merging,
+        new_id: Callable[[], str],
+    ) -> None:
+        """``new_id``: an overlay-wide id, for a merged filter."""
         self.trees = trees
         self.network = network
         self.covering = covering
+        self.mergers = Mergers(merging, trees, new_id)
+        """What is sent to each slot, merged."""
+        self.unwanted = 0
+        """Publications from neighbours that nothing here wanted: no subscription made here
+        matched, and no neighbour was to have them (a merged filter's false positives, or a
+        route withdrawn while they travelled)."""
         self.brokers: set[str] = set()
         """The hops that are neighbour brokers (subscriptions are never sent to clients)."""
         self._routes: dict[str, Route] = {}
@@ -163,8 +179,16 @@ class Routes:
         return self._routes.get(subscription_id)
 
     def forwarded(self) -> int:
-        """How many (subscription, slot) pairs are forwarded: the size of upstream tables."""
-        return sum(len(r.sent) for r in self._routes.values())
+        """How many filters are forwarded, each to a slot: the size of upstream tables (a
+        merged filter counts once)."""
+        return sum(len(r.sent) for r in self._routes.values()) - self.mergers.saved()
+
+    def carrier(self, route_id: str, slot: Slot) -> str:
+        """The id of the subscription forwarded to ``slot`` that stands for route
+        ``route_id`` there: its own, a merged one, or that of the one it is hidden behind."""
+        route = self._routes.get(route_id)
+        coverer = None if route is None else route.hidden_by.get(slot)
+        return self.mergers.carrier(slot, coverer or route_id)
 
     # -- changes -----------------------------------------------------------------------------
 
@@ -207,7 +231,7 @@ class Routes:
             self._scoped.add(sub.id)
         route.trees = {t for t in self.trees.overlapping(sub.filter) if self._follows(route, t)}
         self._watch(route, route.trees)
-        return self._refresh(route)
+        return self._refresh(route) + self.mergers.flush()
 
     def prioritize(self, subscription_id: str, priority: int) -> None:
         """Give a subscription made here another priority (a durable one resumed with it)."""
@@ -251,7 +275,7 @@ class Routes:
             self._insert(route)
         route.arrivals.setdefault(hop, set()).update(valid)
         self._watch(route, valid)
-        return self._refresh(route)
+        return self._refresh(route) + self.mergers.flush()
 
     def depart(self, subscription_id: str, hop: str, trees: Iterable[str]) -> list[Out]:
         route = self._routes.get(subscription_id)
@@ -260,7 +284,7 @@ class Routes:
         route.arrivals[hop].difference_update(trees)
         if not route.arrivals[hop]:
             del route.arrivals[hop]
-        return self._refresh(route)
+        return self._refresh(route) + self.mergers.flush()
 
     def remove_local(self, *subscription_ids: str) -> list[Out]:
         """Withdraw subscriptions made here. Several are let go of together (a client that
@@ -281,7 +305,8 @@ class Routes:
             route.sink = route.owner = route.notify_as = None
             route.trees.clear()
             self._scoped.discard(route.id)
-        return [out for route in routes for out in self._refresh(route)]
+        out = [out for route in routes for out in self._refresh(route)]
+        return out + self.mergers.flush()
 
     def tree_grew(self, tree_id: str, flt: Filter) -> list[Out]:
         """An advertisement with filter ``flt`` joined a tree: local subscriptions follow it."""
@@ -295,7 +320,7 @@ class Routes:
                 route.trees.add(tree_id)
                 self._watch(route, (tree_id,))
                 out += self._refresh(route)
-        return out
+        return out + self.mergers.flush()
 
     def tree_shrank(self, tree_id: str) -> list[Out]:
         """An advertisement left a tree (or the tree is gone): re-check who still follows it."""
@@ -317,7 +342,7 @@ class Routes:
             if tree is not None and self._involved(route, tree_id):
                 self._on_tree.setdefault(tree_id, set()).add(sid)
             out += self._refresh(route)
-        return out
+        return out + self.mergers.flush()
 
     def tree_moved(self, tree_id: str) -> list[Out]:
         """The tree's parent changed: what is forwarded for it goes to the new parent and is
@@ -348,6 +373,7 @@ class Routes:
     def hop_down(self, hop: str) -> list[Out]:
         """A neighbour is gone: forget what it sent and what was sent to it."""
         self.brokers.discard(hop)
+        self.mergers.drop(hop)
         touched: list[Route] = []
         for route in list(self._routes.values()):  # all of it first: see ``remove_local``
             arrived = route.arrivals.pop(hop, None) is not None
@@ -356,7 +382,8 @@ class Routes:
                 arrived = True
             if arrived:
                 touched.append(route)
-        return [out for route in touched for out in self._refresh(route)]
+        out = [out for route in touched for out in self._refresh(route)]
+        return out + self.mergers.flush()
 
     # -- matching ----------------------------------------------------------------------------
 
@@ -412,6 +439,9 @@ class Routes:
                 clients[owner].sort(key=self._orders[owner].__getitem__)
         if len(durables) > 1:
             durables.sort(key=_ORDER)
+        if not (clients or durables or watches or hops) and source in self.brokers:
+            # Nothing here wants it, unless a part of a composite subscription does.
+            self.unwanted += not any(routes[sid].sink is not None for sid in result.conditions)
         return Matches(clients, [r.id for r in durables], watches, hops, result.activations)
 
     # -- internals ---------------------------------------------------------------------------
@@ -457,7 +487,7 @@ class Routes:
         additions: list[Out] = []
         for slot in sorted(wanted - route.sent - route.hidden_by.keys()):
             additions += self._place(route, slot)
-        out += _batched(additions)
+        out += _batched(additions, route.id)
         if route.sink is None and not route.arrivals:
             self._drop(route)
         return out
@@ -479,7 +509,7 @@ class Routes:
         self._sent_at.setdefault(slot, {}).setdefault(eq_key(flt), {}).setdefault(flt, {})[
             route.id
         ] = None
-        out: list[Out] = [(slot[0], RouteSubscribe(route.sub, (slot[1],)))]
+        out = self.mergers.send(slot, route.sub)
         if self.covering is Covering.ACTIVE:
             for other in self._covered_by(route, slot):
                 self._unindex(other, slot)
@@ -488,7 +518,7 @@ class Routes:
                     self._routes[sid].hidden_by[slot] = route.id
                 route.hides.setdefault(slot, set()).update(moved | {other.id})
                 other.hidden_by[slot] = route.id
-                out.append((slot[0], RouteUnsubscribe(other.id, (slot[1],))))
+                out += self.mergers.withdraw(slot, other.id)
         return out
 
     def _unsend(self, route: Route, slot: Slot) -> list[Out]:
@@ -500,8 +530,7 @@ class Routes:
             del hidden.hidden_by[slot]
             if slot in self._wanted(hidden):  # not when it is leaving too
                 out += self._place(hidden, slot)
-        out.append((slot[0], RouteUnsubscribe(route.id, (slot[1],))))
-        return out
+        return out + self.mergers.withdraw(slot, route.id)
 
     def _unhide(self, route: Route, slot: Slot) -> None:
         coverer = self._routes[route.hidden_by.pop(slot)]
@@ -528,6 +557,7 @@ class Routes:
         """Forget slots that no longer exist (their neighbour or tree is gone): nothing to send."""
         for slot in [s for s in route.sent if gone(s)]:
             self._unindex(route, slot)
+            self.mergers.forget(slot, route.id)
             for sid in route.hides.pop(slot, set()):
                 self._routes[sid].hidden_by.pop(slot, None)
         for slot in [s for s in route.hidden_by if gone(s)]:
@@ -609,11 +639,12 @@ def _subkeys(key: EqKey) -> Iterator[EqKey]:
             yield cls | frozenset(chosen)
 
 
-def _batched(outs: list[Out]) -> list[Out]:
-    """Merge one subscription's consecutive subscribes to one hop into one message."""
+def _batched(outs: list[Out], route_id: str) -> list[Out]:
+    """Merge the route's own consecutive subscribes to one hop into one message (not those
+    of a merged subscription standing for it: see ``Mergers._sent``)."""
     merged: list[Out] = []
     for hop, msg in outs:
-        if merged and isinstance(msg, RouteSubscribe):
+        if merged and isinstance(msg, RouteSubscribe) and msg.subscription.id == route_id:
             last_hop, last = merged[-1]
             if (
                 last_hop == hop

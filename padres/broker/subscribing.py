@@ -243,7 +243,8 @@ class Subscribing:
 
     def _route_tokens(self, route_id: str, trees: Iterable[str] | None = None) -> set[str]:
         """The echoes a route still waits for: its own forwards toward the roots of ``trees``
-        (all its trees when None), or those of the subscriptions it is hidden behind."""
+        (all its trees when None), or those of the subscriptions standing for it there (it
+        is hidden behind one, or merged into one)."""
         route = self.routes.get(route_id)
         if route is None:
             return set()
@@ -256,9 +257,8 @@ class Subscribing:
                 continue
             slot = (tree.parent, t)
             token = self.echoes.pending((route_id, slot))
-            coverer = route.hidden_by.get(slot)
-            if token is None and coverer is not None:
-                token = self.echoes.pending((coverer, slot))
+            if token is None:
+                token = self.echoes.pending((self.routes.carrier(route_id, slot), slot))
             if token is not None:
                 tokens.add(token)
         return tokens

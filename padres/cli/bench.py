@@ -19,11 +19,13 @@ from padres.bench import (
     paths,
     startup,
 )
-from padres.broker import Covering
+from padres.bench.workloads import stock_publications
+from padres.broker import Covering, Merging
 from padres.broker.sqlite_journal import Sync
 from padres.cli.figures import data_and_json, show
 from padres.cli.inputs import positive
 from padres.cli.plugins import plug_in
+from padres.errors import CommandError
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +75,32 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="operations per round (default 500 simulated, 100 with --processes)",
     )
     o.add_argument("--covering", choices=[c.value for c in Covering], default="lazy")
+    o.add_argument(
+        "--merging",
+        choices=["off", "on", "both"],
+        default="off",
+        help="merge the subscriptions each broker forwards to a neighbour; both: run the same "
+        "seed without and with, and print the figures side by side (simulated only)",
+    )
+    o.add_argument(
+        "--merge-imperfect",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="with merging: also merge into more general filters whose estimated "
+        "false-positive rate is at most RATE (default 0: perfect merging only)",
+    )
+    o.add_argument(
+        "--workload",
+        choices=["random", "stock"],
+        default="random",
+        help="random filters, or the real stock quotes (simulated only; default random)",
+    )
+    o.add_argument(
+        "--data",
+        type=Path,
+        help="with --workload stock: the quotes (default: the full set, else the sample)",
+    )
     o.add_argument("--seed", type=int, default=1)
     o.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     o.set_defaults(run=run_overlay)
@@ -171,6 +199,8 @@ def run_overlay(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     if args.processes is not None:
+        if args.merging != "off" or args.workload != "random":
+            raise CommandError("--merging and --workload are for the simulated overlay only")
         result = hosted.run(
             args.processes,
             args.clients or 200,
@@ -183,15 +213,26 @@ def run_overlay(args: argparse.Namespace) -> int:
         )
         show(args, result, hosted.report)
         return 1 if result["violations"] else 0
-    result = overlay.run(
-        args.brokers,
-        args.clients or 2000,
-        args.rounds,
-        args.operations or 500,
-        args.seed,
-        Covering(args.covering),
+    try:
+        merging = Merging(args.merging != "off", args.merge_imperfect)
+    except ValueError as exc:
+        raise CommandError(f"--merge-imperfect: {exc}") from None
+    quotes = stock_publications(args.data) if args.workload == "stock" else None
+    runs = dict(
+        brokers=args.brokers,
+        clients=args.clients or 2000,
+        rounds=args.rounds,
+        operations=args.operations or 500,
+        seed=args.seed,
+        covering=Covering(args.covering),
         progress=progress,
+        quotes=quotes,
     )
+    if args.merging == "both":
+        compared = overlay.compare(merging, **runs)
+        show(args, compared, overlay.report_compared)
+        return 1 if any(r["violations"] for r in compared.values()) else 0
+    result = overlay.run(merging=merging, **runs)
     show(args, result, overlay.report)
     return 1 if result["violations"] else 0
 

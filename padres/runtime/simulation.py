@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
-from padres.broker import Broker, BrokerConfig, Covering, Out
+from padres.broker import Broker, BrokerConfig, Covering, Merging, Out
 from padres.broker.journal import Journal
 from padres.broker.losses import Tally
 from padres.broker.memory_journal import MemoryJournal
@@ -94,6 +94,7 @@ class Simulation:
         seed: int = 0,
         *,
         covering: Covering = Covering.LAZY,
+        merging: Merging | None = None,
         conformity: bool = True,
         limits: CompositeLimits | None = None,
         clock: float = 0.0,
@@ -106,6 +107,7 @@ class Simulation:
         ``switching``: when the brokers move trees to other ways (the default if None)."""
         self.random = random.Random(seed)
         self.covering = covering
+        self.merging = merging or Merging()
         self.conformity = conformity
         self.limits = limits
         self.accounts = accounts
@@ -118,6 +120,8 @@ class Simulation:
         self.seen: dict[str, list[Publication]] = {}
         """Per broker, the publications that reached it, in order."""
         self.delivered = 0
+        self.publications_routed = 0
+        """Publications a broker sent a neighbour (``RoutePublish``) that reached it."""
         self._queues: dict[tuple[str, str], deque[Envelope]] = {}
         self._ready: list[tuple[str, str]] = []
         self._clock = clock
@@ -136,6 +140,7 @@ class Simulation:
         run = self._runs[broker_id] = self._runs.get(broker_id, 0) + 1
         config = BrokerConfig(
             covering=self.covering,
+            merging=self.merging,
             conformity=self.conformity,
             composites=self.limits or CompositeLimits(),
             epoch=str(run),
@@ -276,6 +281,7 @@ class Simulation:
         for message in frame:
             if isinstance(message, RoutePublish):
                 seen.append(message.publication)
+                self.publications_routed += 1
             elif isinstance(message, Publication):
                 seen.append(message)
         skew = self.skew.get(target, 0.0)
