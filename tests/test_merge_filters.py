@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from padres.language.parser import parse_filter
 from padres.matching.matcher import matches
-from padres.matching.merging import Interval, contains, merge, merge_key
+from padres.matching.merging import Interval, contains, group, merge, merge_key
 from padres.model.messages import Filter, Predicate, Publication
 from rete.operators import Op
 from tests.strategies import scaled
@@ -197,3 +197,24 @@ def test_the_estimate_bounds_the_false_positives_of_evenly_spread_publications()
 
 def _box(x0: float, x1: float, y0: float, y1: float) -> Filter:
     return _f(f"[x,>=,{x0!r}],[x,<=,{x1!r}],[y,>=,{y0!r}],[y,<=,{y1!r}]")
+
+
+@settings(max_examples=scaled(300), deadline=None)
+@given(st.lists(_filters() | _ranges(), min_size=1, max_size=8), st.sampled_from([0.0, 0.5]))
+def test_grouping_partitions_the_filters_into_groups_matching_what_their_members_do(
+    filters: list[Filter], bound: float
+) -> None:
+    domain = Interval(True, -1, False, 12, False)
+    named = [(f"f{i}", flt) for i, flt in enumerate(filters)]
+    groups = group(named, bound, lambda attribute: domain, most=3)
+    members = [m for g in groups for m in g.members]
+    assert sorted(members) == sorted(name for name, _ in named)
+    by_name = dict(named)
+    for g in groups:
+        assert len(g.members) <= 3 and 1.0 - g.useful <= bound + 1e-9
+        for pub in PUBS:
+            either = any(matches(by_name[m], pub) for m in g.members)
+            if g.useful == 1.0:
+                assert matches(g.filter, pub) == either, pub
+            elif either:
+                assert matches(g.filter, pub), pub

@@ -6,6 +6,14 @@ one's tree unflooded, and is flooded in it when its cover is withdrawn. A databa
 offer floods the same way, into the trees of offers (``Broker.archives``). The client's ``ok``
 comes once the flood has settled (``echoes``).
 
+With merging on (``BrokerConfig.merging``), an advertisement neither covered nor covering
+may merge with advertisements made here before, as subscriptions do
+(``padres.matching.merging``): they join the tree of the one they merge with, and one
+advertisement of an id of its own, matching what they all match, is flooded in it, then the
+ones it stands for are withdrawn from the flood. When one of them is withdrawn, the others
+merge again and are flooded anew (under new ids: a withdrawn id is remembered, and ignored,
+for a while) before the merged one is withdrawn. The tree, and every route along it, stays.
+
 An advertisement from a neighbour is kept from its tree's parent only, and flooded on; a copy
 from another neighbour is that neighbour's offer of another way to the root (``paths``). A
 withdrawn one is remembered for ``BrokerConfig.memory`` seconds, so that a late copy still
@@ -19,23 +27,36 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from itertools import islice
 
 from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.history import History
 from padres.broker.journal import Journal
+from padres.broker.merging import MERGE_SCAN, MOST_MEMBERS
 from padres.broker.paths import CEILING, Paths
 from padres.broker.routes import COVER_SCAN, Covering, Out, Routes
 from padres.broker.session import LocalAdvertisement, Session
 from padres.broker.transactions import Transactions
 from padres.broker.trees import Tree, Trees
 from padres.matching.matcher import conforms
+from padres.matching.merging import Merged, group, merge
 from padres.matching.relations import covers
-from padres.model.messages import Advertisement, Unadvertise
+from padres.model.messages import Advertisement, Filter, Unadvertise
 from padres.model.protocol import Error, Ok, ReplayOffer, RouteAdvertise, RouteUnadvertise
 
 __all__ = ["Advertising"]
+
+
+@dataclass(eq=False)
+class _Merged:
+    """An advertisement flooded for several made here (or one, once the others have gone)."""
+
+    filter: Filter
+    tree: str
+    members: set[str]
+    useful: float
 
 
 class Advertising:
@@ -79,6 +100,8 @@ class Advertising:
         self._memory = memory
         self._local: dict[str, LocalAdvertisement] = {}
         """The advertisements made here, by overlay-wide id."""
+        self._merged: dict[str, _Merged] = {}
+        """The merged advertisements flooded for them (their members are hidden by them)."""
         self._offers: dict[str, str] = {}
         """Replay offers made here: id -> the offering client's hop."""
         self._withdrawn: dict[str, float] = {}
@@ -87,8 +110,9 @@ class Advertising:
         """The same, oldest first."""
 
     def __len__(self) -> int:
-        """How many advertisements were made here (replay offers are in ``archives``)."""
-        return len(self._local)
+        """How many advertisements were made here (replay offers are in ``archives``), and
+        merged ones flooded for them."""
+        return len(self._local) + len(self._merged)
 
     def expire(self, now: float) -> None:
         """Forget the withdrawn advertisements remembered for longer than ``memory``."""
@@ -110,11 +134,24 @@ class Advertising:
         self.journal.remember_tree(session.name, adv.id, tree_id)
         mine = Advertisement(gid, adv.filter)
         hider = self._local_coverer(mine)
+        partner = None if hider is not None else self._merge_partner(mine)
         out: list[Out] = []
-        if hider is None:
+        if partner is not None:
+            other, merged = partner
+            tree = self._home(other).id
+            self._local[gid] = LocalAdvertisement(session.hop, tree)
+            self.trees.add(mine, tree, session.hop, (self.id,))
+            hider, flood = self._merge_with(other, gid, merged)
+            out += flood
+        elif hider is None:
             self._local[gid] = LocalAdvertisement(session.hop, tree_id)
             self.trees.add(mine, tree_id, session.hop, (self.id,))
             out += self._flood(RouteAdvertise(mine, tree_id, (self.id,)))
+        elif hider in self._merged:
+            joined = self._merged[hider]
+            joined.members.add(gid)
+            self._local[gid] = LocalAdvertisement(session.hop, joined.tree, hidden_by=hider)
+            self.trees.add(mine, joined.tree, session.hop, (self.id,))
         else:
             tree = self._local[hider].tree
             self._local[gid] = LocalAdvertisement(session.hop, tree, hidden_by=hider)
@@ -124,11 +161,79 @@ class Advertising:
         tokens = self._flood_tokens(hider or gid)
         return out + self.echoes.ok(tokens, session.hop, adv.id)
 
+    def _home(self, flooded: str) -> Tree:
+        """The tree of an advertisement flooded from here, merged or not."""
+        merged = self._merged.get(flooded)
+        return self.trees.holding(flooded if merged is None else next(iter(merged.members)))
+
+    def _merge_partner(self, adv: Advertisement) -> tuple[str, Merged] | None:
+        """An advertisement flooded from here (merged or not) that ``adv`` merges with, and
+        their merge: a perfect one first, else the one with the fewest false positives."""
+        settings = self.routes.mergers.settings
+        if not settings.enabled:
+            return None
+        best: tuple[str, Merged] | None = None
+        for flooded, flt, useful, size in self._flooded_here(adv.filter.class_name):
+            if size >= MOST_MEMBERS:
+                continue
+            merged = merge(flt, adv.filter, (useful, 1.0), settings.imperfect)
+            if merged is not None and (best is None or merged.useful > best[1].useful):
+                best = (flooded, merged)
+                if merged.useful >= 1.0:
+                    break
+        return best
+
+    def _flooded_here(self, class_name: str) -> Iterable[tuple[str, Filter, float, int]]:
+        """The advertisements of ``class_name`` flooded from here, merged ones first: id,
+        filter, useful share (``padres.matching.merging.Merged``) and members, a bounded
+        few."""
+        merged = (
+            (mid, m.filter, m.useful, len(m.members))
+            for mid, m in self._merged.items()
+            if m.filter.class_name == class_name
+        )
+        plain = (
+            (gid, self.trees.holding(gid).advertisements[gid].filter, 1.0, 1 + len(local.hides))
+            for gid in self.trees.of_class(class_name)
+            if (local := self._local.get(gid)) is not None and local.hidden_by is None
+        )
+        return islice((*islice(merged, MERGE_SCAN), *islice(plain, MERGE_SCAN)), 2 * MERGE_SCAN)
+
+    def _merge_with(self, flooded: str, gid: str, merged: Merged) -> tuple[str, list[Out]]:
+        """The new local advertisement ``gid`` merged with the one flooded as ``flooded``
+        (merged or not): the merged one is flooded, then ``flooded`` withdrawn. Returns the
+        merged one's id, and the floods."""
+        tree = self._home(flooded)
+        old = self._merged.get(flooded)
+        if old is not None and old.filter == merged.filter:  # it matches no more than before
+            old.members.add(gid)
+            self._local[gid].hidden_by = flooded
+            return flooded, []
+        if old is not None:
+            del self._merged[flooded]
+            members = old.members
+        else:
+            local = self._local[flooded]
+            members = {flooded, *local.hides}  # what it covered, it merges for
+            local.hides = set()
+        members.add(gid)
+        mid = self._new_id()
+        self._merged[mid] = _Merged(merged.filter, tree.id, members, merged.useful)
+        for member in members:
+            self._local[member].hidden_by = mid
+        out = self._flood(RouteAdvertise(Advertisement(mid, merged.filter), tree.id, tree.path))
+        return mid, out + self._flood(RouteUnadvertise(flooded, tree.id))
+
     def _local_coverer(self, adv: Advertisement) -> str | None:
+        """A flooded advertisement made here that covers ``adv``: a merged one, or one
+        flooded as itself."""
         if self.routes.covering is Covering.OFF:
             return None
         # Only one of the same class can cover it; covering saves routing state but is never
         # needed, so the search is bounded: advertising stays linear in the advertisements.
+        for mid, merged in islice(self._merged.items(), COVER_SCAN):
+            if len(merged.members) < MOST_MEMBERS and covers(merged.filter, adv.filter):
+                return mid
         for gid in islice(self.trees.of_class(adv.filter.class_name), COVER_SCAN):
             local = self._local.get(gid)
             if local is not None and local.hidden_by is None:
@@ -171,7 +276,9 @@ class Advertising:
             return self._flood(RouteUnadvertise(gid, gid))
         out = self._strand(gid)
         local = self._local.pop(gid)
-        if local.hidden_by is not None:
+        if local.hidden_by in self._merged:
+            out += self._unmerge(local.hidden_by, gid)
+        elif local.hidden_by is not None:
             self._local[local.hidden_by].hides.discard(gid)
         else:
             tree = self.trees.holding(gid)
@@ -192,6 +299,34 @@ class Advertising:
         tree = self.trees.holding(gid)
         rest = [a.filter for aid, a in tree.advertisements.items() if aid != gid]
         return self.transactions.bound(tree.id, lambda pub: any(conforms(flt, pub) for flt in rest))
+
+    def _unmerge(self, mid: str, gid: str) -> list[Out]:
+        """``gid`` leaves the merged advertisement ``mid``: the others are merged again and
+        flooded, under new ids, before ``mid`` is withdrawn (unless they make the same
+        filter)."""
+        merged = self._merged[mid]
+        merged.members.discard(gid)
+        tree = self.trees.holding(gid)
+        flood: list[Out] = []
+        if merged.members:
+            groups = group(
+                ((m, tree.advertisements[m].filter) for m in sorted(merged.members)),
+                self.routes.mergers.settings.imperfect,
+                scan=MERGE_SCAN,
+                most=MOST_MEMBERS,
+            )
+            if len(groups) == 1 and groups[0].filter == merged.filter:
+                merged.useful = groups[0].useful
+                return []
+            for g in groups:
+                nid = self._new_id()
+                self._merged[nid] = _Merged(g.filter, tree.id, set(g.members), g.useful)
+                for member in g.members:
+                    self._local[member].hidden_by = nid
+                adv = Advertisement(nid, g.filter)
+                flood += self._flood(RouteAdvertise(adv, tree.id, tree.path))
+        del self._merged[mid]
+        return flood + self._flood(RouteUnadvertise(mid, tree.id))
 
     def _strand(self, gid: str) -> list[Out]:
         """Abort the open transactions that hold a publication only the local advertisement
@@ -314,11 +449,15 @@ class Advertising:
         return out
 
     def _flooded(self, tree: Tree) -> Iterable[Advertisement]:
-        """The tree's advertisements that went out (not those hidden here by covering)."""
+        """The tree's advertisements that went out (not those hidden here by covering, or
+        merged: the merged ones instead)."""
         for aid, adv in tree.advertisements.items():
             local = self._local.get(aid)
             if local is None or local.hidden_by is None:
                 yield adv
+        for mid, merged in self._merged.items():
+            if merged.tree == tree.id:
+                yield Advertisement(mid, merged.filter)
 
     def _flood(self, message: RouteAdvertise | RouteUnadvertise, source: str = "") -> list[Out]:
         path = message.path if isinstance(message, RouteAdvertise) else ()

@@ -38,16 +38,8 @@ from itertools import islice
 from typing import Final, NamedTuple, TypeAlias
 
 from padres.broker.trees import Trees
-from padres.matching.merging import (
-    Domain,
-    Interval,
-    Merged,
-    contains,
-    intervals,
-    merge,
-    merge_key,
-    order,
-)
+from padres.matching import merging
+from padres.matching.merging import Domain, Interval, Merged, contains, intervals, merge, merge_key
 from padres.model.messages import Filter, Subscription
 from padres.model.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
 
@@ -342,29 +334,21 @@ class Mergers:
             current = _Output(merged.filter, members, merged.useful, current.group)
 
     def _regroup(self, members: list[Subscription], group: _Group) -> list[_Output]:
-        """``members`` (of one group) merged anew among themselves, in the order of their
-        intervals."""
-        pool: list[_Output] = []
-        for sub in sorted(members, key=lambda s: order(s.filter)):
-            home = next(
-                (
-                    o
-                    for o in islice(reversed(pool), MERGE_SCAN)
-                    if len(o.members) < MOST_MEMBERS and contains(o.filter, sub.filter)
-                ),
-                None,
-            )
-            if home is not None:
-                home.members[sub.id] = sub
-                continue
-            lone = _Output(sub.filter, {sub.id: sub}, 1.0, group)
-
-            def candidates(pool: list[_Output] = pool) -> Iterator[_Output]:
-                return islice(reversed(pool), MERGE_SCAN)
-
-            grown, replaced = self._grow(lone, candidates)
-            pool = [o for o in pool if o not in replaced] + [grown]
-        return pool
+        """``members`` (of one group) merged anew among themselves."""
+        bound = self.settings.imperfect
+        domain = self._domain(group[1], members[0].filter.class_name) if bound else None
+        by_id = {sub.id: sub for sub in members}
+        grouped = merging.group(
+            ((sub.id, sub.filter) for sub in members),
+            bound,
+            domain,
+            scan=MERGE_SCAN,
+            most=MOST_MEMBERS,
+        )
+        return [
+            _Output(g.filter, {sid: by_id[sid] for sid in g.members}, g.useful, group)
+            for g in grouped
+        ]
 
     def _register(self, state: _Neighbour, output: _Output, vanished: dict[Filter, str]) -> None:
         """Record ``output``, giving it its id if it has none yet: one of the same filter

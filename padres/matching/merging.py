@@ -31,7 +31,7 @@ merged imperfectly; nor are they where they differ on strings, which have no mea
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, NamedTuple, TypeAlias
@@ -39,7 +39,18 @@ from typing import Final, NamedTuple, TypeAlias
 from padres.model.messages import Filter, Predicate
 from rete.operators import Op
 
-__all__ = ["Domain", "Interval", "Merged", "contains", "intervals", "merge", "merge_key", "order"]
+__all__ = [
+    "Domain",
+    "Group",
+    "Interval",
+    "Merged",
+    "contains",
+    "group",
+    "intervals",
+    "merge",
+    "merge_key",
+    "order",
+]
 
 Bound: TypeAlias = int | float | str
 
@@ -294,3 +305,67 @@ def _rebuilt(flt: Filter, replaced: Mapping[str, Interval]) -> Filter:
             done.add(p.attribute)
             out += iv.predicates(p.attribute)
     return Filter(tuple(out))
+
+
+class Group(NamedTuple):
+    """Filters merged into one (``group``)."""
+
+    filter: Filter
+    useful: float
+    members: tuple[str, ...]
+
+
+def group(
+    filters: Iterable[tuple[str, Filter]],
+    bound: float = 0.0,
+    domain: Domain | None = None,
+    *,
+    scan: int = 16,
+    most: int = 64,
+) -> list[Group]:
+    """``filters`` (by id) merged among themselves, key by key, in the order of their
+    intervals: each joins a group that already matches all it matches, or merges with the
+    groups of its key while one merges (the best first), or is a group of its own. A merge
+    tries at most the ``scan`` latest groups, and a group holds at most ``most``."""
+    by_key: dict[object, list[tuple[str, Filter]]] = {}
+    for ident, flt in filters:
+        key = merge_key(flt)
+        by_key.setdefault(ident if key is None else key, []).append((ident, flt))
+    out: list[Group] = []
+    for items in by_key.values():
+        pool: list[Group] = []
+        for ident, flt in sorted(items, key=lambda item: order(item[1])):
+            home = next(
+                (
+                    k
+                    for k in range(len(pool) - 1, max(-1, len(pool) - 1 - scan), -1)
+                    if len(pool[k].members) < most and contains(pool[k].filter, flt)
+                ),
+                None,
+            )
+            if home is not None:
+                joined = pool[home]
+                pool[home] = joined._replace(members=(*joined.members, ident))
+                continue
+            current = Group(flt, 1.0, (ident,))
+            while True:
+                best: tuple[Merged, int] | None = None
+                for k in range(len(pool) - 1, max(-1, len(pool) - 1 - scan), -1):
+                    other = pool[k]
+                    if len(other.members) + len(current.members) > most:
+                        continue
+                    useful = (current.useful, other.useful)
+                    merged = merge(current.filter, other.filter, useful, bound, domain)
+                    if merged is not None and (best is None or merged.useful > best[0].useful):
+                        best = (merged, k)
+                        if merged.useful >= 1.0:
+                            break
+                if best is None:
+                    break
+                merged, k = best
+                current = Group(
+                    merged.filter, merged.useful, (*pool.pop(k).members, *current.members)
+                )
+            pool.append(current)
+        out += pool
+    return out
