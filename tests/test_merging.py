@@ -7,6 +7,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass, field
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from padres.broker import Covering, Merging
 from padres.cli import main
 from padres.client.connection import Client, ClientState
+from padres.language.datasets import SAMPLE
 from padres.language.parser import parse_advertisement, parse_publication, parse_subscription
 from padres.matching.matcher import matches
 from padres.model.messages import (
@@ -512,3 +514,20 @@ async def test_merged_routes_come_back_after_the_upstream_broker_is_killed(
         ("a2", ("high",)),
         ("c2", ("high",)),
     ]
+
+
+def test_the_overlay_benchmark_runs_both_ways_side_by_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "overlay", "--brokers", "8", "--clients", "40", "--rounds", "2"]
+    argv += ["--operations", "80", "--merging", "both", "--workload", "stock", "--json"]
+    assert main([*argv, "--data", str(SAMPLE), "--merge-imperfect", "0.05"]) == 0
+    result = orjson.loads(capsys.readouterr().out)
+    off, on = result["unmerged"], result["merged"]
+    assert off["merging"] == "off" and on["merging"] == "on" and on["merge_imperfect"] == 0.05
+    assert off["violations"] == on["violations"] == []
+    assert off["published"] == on["published"] > 0  # the same operations
+    assert off["merged_at_end_of_rounds"] == 0
+    assert on["forwarded_at_end_of_rounds"] <= on["forwarded_before_merging"]
+    assert main(["bench", "overlay", "--brokers", "4", "--merge-imperfect", "0.1"]) == 1
+    assert "imperfect merging needs merging on" in capsys.readouterr().err

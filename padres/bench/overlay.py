@@ -542,6 +542,9 @@ def _tables(sim: Simulation) -> dict[str, int]:
     return {
         "routes_at_end_of_rounds": sum(len(b.routes) for b in brokers),
         "forwarded_at_end_of_rounds": sum(b.routes.forwarded() for b in brokers),
+        "forwarded_before_merging": sum(
+            b.routes.forwarded() + b.routes.mergers.saved() for b in brokers
+        ),
         "merged_at_end_of_rounds": sum(m.merged for m in merging),
         "inexact_at_end_of_rounds": sum(m.inexact for m in merging),
         "trees_at_end_of_rounds": sum(len(b.trees) for b in brokers),
@@ -556,7 +559,8 @@ def compare(merging: Merging, **kwargs: Any) -> dict[str, Any]:
 def report(result: dict[str, Any]) -> str:
     merging = "off" if result["merging"] == "off" else _merging(result)
     lines = [
-        f"{result['brokers']} brokers, {result['links']} links (cyclic), {result['clients']} "
+        f"{result['brokers']} brokers, {result['links']} links ({_shape(result)}), "
+        f"{result['clients']} "
         f"clients, {result['operations']:,} operations in {result['rounds']} rounds, "
         f"{result['workload']} workload, covering {result['covering']}, merging {merging}, "
         f"seed {result['seed']}",
@@ -579,19 +583,24 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _shape(result: dict[str, Any]) -> str:
+    return "cyclic" if result["links"] >= result["brokers"] else "a tree"
+
+
 def _merging(result: dict[str, Any]) -> str:
     rate = result["merge_imperfect"]
     return f"on (imperfect up to {rate:g})" if rate else "on (perfect only)"
 
 
 _COMPARED = (
-    ("routing table entries (all brokers)", "routes_at_end_of_rounds"),
-    ("  forwarded to neighbours", "forwarded_at_end_of_rounds"),
-    ("  of which merged filters", "merged_at_end_of_rounds"),
-    ("  of which imperfect", "inexact_at_end_of_rounds"),
+    ("subscriptions in routing tables (all brokers)", "routes_at_end_of_rounds"),
+    ("  filters forwarded to neighbours (per tree)", "forwarded_at_end_of_rounds"),
+    ("    the same subscriptions, unmerged", "forwarded_before_merging"),
+    ("    merged ones", "merged_at_end_of_rounds"),
+    ("    of which imperfect", "inexact_at_end_of_rounds"),
     ("messages (all links)", "messages"),
-    ("publications broker to broker", "publications_routed"),
-    ("  to no use (matched nothing there)", "unwanted"),
+    ("publications sent broker to broker", "publications_routed"),
+    ("  that nothing there wanted", "unwanted"),
     ("deliveries", "deliveries"),
     ("required deliveries checked", "checked"),
     ("oracle violations", "violations"),
@@ -603,19 +612,18 @@ def report_compared(result: dict[str, Any]) -> str:
     """``compare``'s runs side by side."""
     off, on = result["unmerged"], result["merged"]
     lines = [
-        f"{off['brokers']} brokers, {off['links']} links (cyclic), {off['clients']} clients, "
-        f"{off['operations']:,} operations in {off['rounds']} rounds, {off['workload']} "
-        f"workload, covering {off['covering']}, seed {off['seed']}; "
-        f"{off['published']:,} publications",
-        f"  {'':38} {'unmerged':>12} {'merged':>12}",
-        f"  {'':38} {'':>12} {_merging(on):>12}",
+        f"{off['brokers']} brokers, {off['links']} links ({_shape(off)}), "
+        f"{off['clients']} clients, {off['operations']:,} operations in {off['rounds']} rounds, "
+        f"{off['workload']} workload, covering {off['covering']}, seed {off['seed']}; "
+        f"{off['published']:,} publications; merging {_merging(on)}",
+        f"  {'':46} {'unmerged':>11} {'merged':>11}",
     ]
     for label, key in _COMPARED:
         a, b = off[key], on[key]
         if isinstance(a, list):
             a, b = len(a), len(b)
-        cells = [f"{v:12.1f}" if isinstance(v, float) else f"{v:12,}" for v in (a, b)]
-        lines.append(f"  {label:38} {cells[0]} {cells[1]}")
+        cells = [f"{v:11.1f}" if isinstance(v, float) else f"{v:11,}" for v in (a, b)]
+        lines.append(f"  {label:46} {cells[0]} {cells[1]}")
     for name, run_ in (("unmerged", off), ("merged", on)):
         lines += [f"  {name}: {v}" for v in run_["violations"][:10]]
     return "\n".join(lines)

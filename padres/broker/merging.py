@@ -221,9 +221,9 @@ class Mergers:
         dirty = list(state.dirty)
         state.dirty.clear()
         touched: set[str] = set()
+        # Filters withdrawn in this flush -> their id, which an output of the same filter may
+        # take again (the neighbour then changes only the trees it holds it for).
         vanished: dict[Filter, str] = {}
-        """Filters withdrawn in this flush -> their id, which an output of the same filter
-        may take again (the neighbour then changes its trees only)."""
         shrunk: dict[str, _Output] = {}
         for sid in dirty:
             output = state.of.pop(sid, None)

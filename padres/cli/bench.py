@@ -101,6 +101,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="with --workload stock: the quotes (default: the full set, else the sample)",
     )
+    o.add_argument(
+        "--extra-links",
+        type=float,
+        default=0.5,
+        metavar="SHARE",
+        help="links beyond a random spanning tree, as a share of the brokers (default 0.5; "
+        "0: no cycles, so every advertisement floods along the same tree in every run)",
+    )
     o.add_argument("--seed", type=int, default=1)
     o.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     o.set_defaults(run=run_overlay)
@@ -225,6 +233,7 @@ def run_overlay(args: argparse.Namespace) -> int:
         operations=args.operations or 500,
         seed=args.seed,
         covering=Covering(args.covering),
+        extra_links=args.extra_links,
         progress=progress,
         quotes=quotes,
     )
