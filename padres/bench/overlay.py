@@ -595,7 +595,7 @@ def _merging(result: dict[str, Any]) -> str:
 _COMPARED = (
     ("subscriptions in routing tables (all brokers)", "routes_at_end_of_rounds"),
     ("  filters forwarded to neighbours (per tree)", "forwarded_at_end_of_rounds"),
-    ("    the same subscriptions, unmerged", "forwarded_before_merging"),
+    ("    before each broker merged what it sends", "forwarded_before_merging"),
     ("    merged ones", "merged_at_end_of_rounds"),
     ("    of which imperfect", "inexact_at_end_of_rounds"),
     ("messages (all links)", "messages"),
