@@ -28,9 +28,10 @@ client (or several durable subscriptions) reaches them in priority order, higher
 ids are not sorted, so equal priorities come in no promised order (in the order made, where a
 client's priorities differ).
 
-Merging (``padres.broker.merging``, when on): what is forwarded to a slot is handed to the
-slot's ``Mergers``, which sends the neighbour fewer filters, each standing for one or more of
-the subscriptions forwarded there; covering works as before on the subscriptions themselves.
+Merging (``padres.broker.merging``, when on): what is forwarded to a slot, or withdrawn from
+it, is handed to ``Mergers``; at the end of each change (``Mergers.flush``) it sends each
+neighbour fewer filters, each standing for one or more of the subscriptions forwarded there.
+Covering works as before on the subscriptions themselves.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class Routes:
         self.network = network
         self.covering = covering
         self.mergers = Mergers(merging, trees, new_id)
-        """What is sent to each slot, merged."""
+        """What each neighbour is sent, merged; every change here ends with its ``flush``."""
         self.unwanted = 0
         """Publications from neighbours that nothing here wanted: no subscription made here
         matched, and no neighbour was to have them (a merged filter's false positives, or a
@@ -487,7 +488,7 @@ class Routes:
         additions: list[Out] = []
         for slot in sorted(wanted - route.sent - route.hidden_by.keys()):
             additions += self._place(route, slot)
-        out += _batched(additions, route.id)
+        out += _batched(additions)
         if route.sink is None and not route.arrivals:
             self._drop(route)
         return out
@@ -639,12 +640,11 @@ def _subkeys(key: EqKey) -> Iterator[EqKey]:
             yield cls | frozenset(chosen)
 
 
-def _batched(outs: list[Out], route_id: str) -> list[Out]:
-    """Merge the route's own consecutive subscribes to one hop into one message (not those
-    of a merged subscription standing for it: see ``Mergers._sent``)."""
+def _batched(outs: list[Out]) -> list[Out]:
+    """Merge one subscription's consecutive subscribes to one hop into one message."""
     merged: list[Out] = []
     for hop, msg in outs:
-        if merged and isinstance(msg, RouteSubscribe) and msg.subscription.id == route_id:
+        if merged and isinstance(msg, RouteSubscribe):
             last_hop, last = merged[-1]
             if (
                 last_hop == hop
