@@ -184,20 +184,22 @@ class Advertising:
         return best
 
     def _flooded_here(self, class_name: str) -> Iterable[tuple[str, Filter, float, int]]:
-        """The advertisements of ``class_name`` flooded from here, merged ones first: id,
-        filter, useful share (``padres.matching.merging.Merged``) and members, a bounded
-        few."""
-        merged = (
+        """The advertisements of ``class_name`` flooded from here, merged ones first, the
+        latest first: id, filter, useful share (``padres.matching.merging.Merged``) and
+        members. The search is bounded, as covering's is: a merge missed only leaves the
+        overlay one more advertisement to hold."""
+        merged = [
             (mid, m.filter, m.useful, len(m.members))
-            for mid, m in self._merged.items()
+            for mid, m in islice(reversed(self._merged.items()), MERGE_SCAN)
             if m.filter.class_name == class_name
-        )
-        plain = (
-            (gid, self.trees.holding(gid).advertisements[gid].filter, 1.0, 1 + len(local.hides))
-            for gid in self.trees.of_class(class_name)
-            if (local := self._local.get(gid)) is not None and local.hidden_by is None
-        )
-        return islice((*islice(merged, MERGE_SCAN), *islice(plain, MERGE_SCAN)), 2 * MERGE_SCAN)
+        ]
+        plain = [
+            (gid, adv.filter, 1.0, 1 + len(local.hides))
+            for gid, local in islice(reversed(self._local.items()), MERGE_SCAN)
+            if local.hidden_by is None
+            and (adv := self.trees.holding(gid).advertisements[gid]).filter.class_name == class_name
+        ]
+        return merged + plain
 
     def _merge_with(self, flooded: str, gid: str, merged: Merged) -> tuple[str, list[Out]]:
         """The new local advertisement ``gid`` merged with the one flooded as ``flooded``
