@@ -30,6 +30,7 @@ merged imperfectly; nor are they where they differ on strings, which have no mea
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -257,6 +258,9 @@ def merge(
     share = _share(ia, ib, differ, useful, domain)
     if share is None or 1.0 - share > bound:
         return None
+    # Not a perfect merge, even where what it adds has no width (a point between two open
+    # ends): never reported as one.
+    share = min(share, math.nextafter(1.0, 0.0))
     return Merged(_rebuilt(a, {d: ia[d].hull(ib[d]) for d in differ}), share)
 
 
