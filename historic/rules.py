@@ -65,7 +65,6 @@ from historic.errors import RuleError
 from historic.outbox import TransactionalOutbox
 from historic.triggers import (
     OLD,
-    AttributeType,
     Install,
     TableColumn,
     TriggerSQL,
@@ -75,6 +74,7 @@ from historic.triggers import (
 )
 from padres.errors import InvalidMessage, ParseError
 from padres.language.parser import parse_predicates
+from padres.model.classes import AttributeType
 from padres.model.messages import (
     MAX_ATTRIBUTES,
     MAX_PREDICATES,

@@ -20,7 +20,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Final
 
 import orjson
@@ -30,10 +29,10 @@ from sqlalchemy.sql import ColumnElement, sqltypes
 from sqlalchemy.types import TypeEngine
 
 from historic.predicates import predicate_clause
+from padres.model.classes import AttributeType
 from padres.model.messages import Predicate
 
 __all__ = [
-    "AttributeType",
     "Install",
     "TableColumn",
     "TriggerSQL",
@@ -47,17 +46,6 @@ OLD: Final = "old."
 _MAX_FLOAT: Final = "1.7976931348623157e308"
 _NUM_NULLS_ARGS: Final = 90
 """Columns per ``num_nulls`` call (PostgreSQL takes at most 100 arguments)."""
-
-
-class AttributeType(StrEnum):
-    """What a column's values become in a publication (see ``padres.model.dates``)."""
-
-    INTEGER = "integer"
-    FLOAT = "float"
-    STRING = "string"
-    BOOLEAN = "boolean"
-    DATE = "date"
-    DATETIME = "datetime"
 
 
 def attribute_type(sqltype: TypeEngine[Any]) -> AttributeType | None:
