@@ -39,7 +39,14 @@ from typing import Final, NamedTuple, TypeAlias
 
 from padres.broker.trees import Trees
 from padres.matching import merging
-from padres.matching.merging import Domain, Interval, Merged, contains, intervals, merge, merge_key
+from padres.matching.merging import (
+    Domain,
+    Interval,
+    best_merge,
+    contains,
+    intervals,
+    merge_key,
+)
 from padres.model.messages import Filter, Subscription
 from padres.model.protocol import Envelope, RouteSubscribe, RouteUnsubscribe
 
@@ -314,18 +321,19 @@ class Mergers:
         bound = self.settings.imperfect
         domain = self._domain(current.trees, current.filter.class_name) if bound else None
         while True:
-            best: tuple[Merged, _Output] | None = None
-            for other in candidates():
-                if other is current or other in replaced:
-                    continue
-                if len(other.members) + len(current.members) > MOST_MEMBERS:
-                    continue
-                useful = (current.useful, other.useful)
-                merged = merge(current.filter, other.filter, useful, bound, domain)
-                if merged is not None and (best is None or merged.useful > best[0].useful):
-                    best = (merged, other)
-                    if merged.useful >= 1.0:
-                        break
+            best = best_merge(
+                current.filter,
+                current.useful,
+                len(current.members),
+                (
+                    (other, other.filter, other.useful, len(other.members))
+                    for other in candidates()
+                    if other is not current and other not in replaced
+                ),
+                bound,
+                domain,
+                MOST_MEMBERS,
+            )
             if best is None:
                 return current, replaced
             merged, other = best

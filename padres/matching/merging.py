@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, NamedTuple, TypeAlias
+from typing import Final, NamedTuple, TypeAlias, TypeVar
 
 from padres.model.messages import Filter, Predicate
 from rete.operators import Op
@@ -45,6 +45,7 @@ __all__ = [
     "Group",
     "Interval",
     "Merged",
+    "best_merge",
     "contains",
     "group",
     "intervals",
@@ -54,6 +55,7 @@ __all__ = [
 ]
 
 Bound: TypeAlias = int | float | str
+_K = TypeVar("_K")
 
 _LOWER: Final = {Op.GT: True, Op.GE: False, Op.EQ_NUM: False}
 _UPPER: Final = {Op.LT: True, Op.LE: False, Op.EQ_NUM: False}
@@ -319,6 +321,30 @@ class Group(NamedTuple):
     members: tuple[str, ...]
 
 
+def best_merge(
+    flt: Filter,
+    useful: float,
+    size: int,
+    candidates: Iterable[tuple[_K, Filter, float, int]],
+    bound: float,
+    domain: Domain | None,
+    most: int,
+) -> tuple[Merged, _K] | None:
+    """The best merge of ``flt`` (of share ``useful``, standing for ``size`` members) with
+    one of ``candidates`` (key, filter, share, size), and that one's key; a perfect merge ends
+    the search, and none may stand for over ``most`` members. None if none merges."""
+    best: tuple[Merged, _K] | None = None
+    for key, other, other_useful, other_size in candidates:
+        if size + other_size > most:
+            continue
+        merged = merge(flt, other, (useful, other_useful), bound, domain)
+        if merged is not None and (best is None or merged.useful > best[0].useful):
+            best = (merged, key)
+            if merged.useful >= 1.0:
+                break
+    return best
+
+
 def group(
     filters: Iterable[tuple[str, Filter]],
     bound: float = 0.0,
@@ -353,17 +379,16 @@ def group(
                 continue
             current = Group(flt, 1.0, (ident,))
             while True:
-                best: tuple[Merged, int] | None = None
-                for k in range(len(pool) - 1, max(-1, len(pool) - 1 - scan), -1):
-                    other = pool[k]
-                    if len(other.members) + len(current.members) > most:
-                        continue
-                    useful = (current.useful, other.useful)
-                    merged = merge(current.filter, other.filter, useful, bound, domain)
-                    if merged is not None and (best is None or merged.useful > best[0].useful):
-                        best = (merged, k)
-                        if merged.useful >= 1.0:
-                            break
+                latest = range(len(pool) - 1, max(-1, len(pool) - 1 - scan), -1)
+                best = best_merge(
+                    current.filter,
+                    current.useful,
+                    len(current.members),
+                    ((k, pool[k].filter, pool[k].useful, len(pool[k].members)) for k in latest),
+                    bound,
+                    domain,
+                    most,
+                )
                 if best is None:
                     break
                 merged, k = best
