@@ -282,6 +282,12 @@ def register_benchmarks(benches: Any) -> None:
     e.add_argument("--seconds", type=float, default=5.0, help="length of the latency run")
     e.add_argument("--count", type=int, default=1_000_000, help="publications stored, history")
     e.add_argument("--repeat", type=int, default=3, help="runs per figure (the median is shown)")
+    e.add_argument(
+        "--live",
+        default="chain,apart,weak,cluster,strong,framed",
+        help="the live setups to run, alternating, by short name (default: all of them)",
+    )
+    e.add_argument("--no-history", action="store_true", help="skip the historic side")
     data_and_json(e)
     e.set_defaults(run=run_peers_bench)
     i = benches.add_parser(
@@ -320,8 +326,21 @@ def run_replay_bench(args: argparse.Namespace) -> int:
 def run_peers_bench(args: argparse.Namespace) -> int:
     from historic.bench import peers  # needs nats-py, a development dependency
 
-    result = peers.run(
-        args.subs, args.pubs, args.rate, args.seconds, args.count, args.repeat, args.data
-    )
+    setups = [name.strip() for name in args.live.split(",") if name.strip()]
+    try:
+        result = peers.run(
+            args.subs,
+            args.pubs,
+            args.rate,
+            args.seconds,
+            args.count,
+            args.repeat,
+            args.data,
+            setups=setups,
+            history=not args.no_history,
+        )
+    except ValueError as exc:
+        print(f"padres bench peers: {exc}", file=sys.stderr)
+        return 2
     show(args, result, peers.report)
     return 0

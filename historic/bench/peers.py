@@ -90,6 +90,16 @@ NATS_CLUSTER = "NATS, cluster of 3"
 NATS_STRONG = "NATS strong"
 NATS_FRAMED = "NATS strong, framed"
 
+SETUPS: Final = {
+    "chain": PADRES,
+    "apart": PADRES_APART,
+    "weak": NATS_ONE,
+    "cluster": NATS_CLUSTER,
+    "strong": NATS_STRONG,
+    "framed": NATS_FRAMED,
+}
+"""The live setups by the short names ``padres bench peers --live`` takes."""
+
 SETTINGS: Final = {
     PADRES: "3 padres brokers in a chain; publisher at the first, frames of 500; the 3 "
     "subscriber clients in the bench process beside the publisher",
@@ -327,23 +337,29 @@ async def _nats_strong(
         await publisher.close()
 
 
-def _live(subs: int, pubs: int, rate: float, seconds: float, data: Path | None) -> dict[str, Any]:
+def _live(
+    subs: int, pubs: int, rate: float, seconds: float, data: Path | None, setups: Sequence[str]
+) -> dict[str, Any]:
+    """One run of each of ``setups`` (names of ``SETUPS``' values), in ``SETUPS``' order."""
     quotes = stock_publications(data)
     workload = list(stock_subscriptions(subs, quotes, seed=1))
     shares = [workload[i::3] for i in range(3)]
     work = network.Work.of(shares, quotes, pubs, rate, seconds)
-    out: dict[str, Any] = {
-        PADRES: network.run(subs, pubs, rate, seconds, data),
-        PADRES_APART: network.run(subs, pubs, rate, seconds, data, apart=True),
-    }
+    out: dict[str, Any] = {}
+    if PADRES in setups:
+        out[PADRES] = network.run(subs, pubs, rate, seconds, data)
+    if PADRES_APART in setups:
+        out[PADRES_APART] = network.run(subs, pubs, rate, seconds, data, apart=True)
     if nats_missing() is None:
         for size, name in ((1, NATS_ONE), (3, NATS_CLUSTER)):
-            with NatsCluster(size) as cluster:
-                urls = (cluster.urls * 3)[:3] if size == 1 else cluster.urls
-                out[name] = asyncio.run(_nats_live(urls, shares, work, cluster))
+            if name in setups:
+                with NatsCluster(size) as cluster:
+                    urls = (cluster.urls * 3)[:3] if size == 1 else cluster.urls
+                    out[name] = asyncio.run(_nats_live(urls, shares, work, cluster))
         for framed, name in ((False, NATS_STRONG), (True, NATS_FRAMED)):
-            with NatsCluster(1) as cluster:
-                out[name] = asyncio.run(_nats_strong(cluster, shares, work, framed=framed))
+            if name in setups:
+                with NatsCluster(1) as cluster:
+                    out[name] = asyncio.run(_nats_strong(cluster, shares, work, framed=framed))
     return out
 
 
@@ -523,8 +539,16 @@ def run(
     count: int = 1_000_000,
     repeat: int = 3,
     data: Path | None = None,
+    setups: Sequence[str] = tuple(SETUPS),
+    history: bool = True,
 ) -> dict[str, Any]:
-    live = [_live(subs, pubs, rate, seconds, data) for _ in range(repeat)]
+    """``setups``: the live setups to run, by short name (``SETUPS``); each round runs each
+    once, so that ``repeat`` rounds alternate them; ``history``: measure the historic side."""
+    unknown = sorted(set(setups) - set(SETUPS))
+    if unknown:
+        raise ValueError(f"unknown setups {', '.join(unknown)}: choose from {', '.join(SETUPS)}")
+    chosen = [SETUPS[name] for name in setups]
+    live = [_live(subs, pubs, rate, seconds, data, chosen) for _ in range(repeat)]
     return {
         "machine": machine(),
         "subscriptions": subs,
@@ -535,7 +559,7 @@ def run(
         "settings": {name: SETTINGS[name] for name in live[0]},
         "promises": PROMISES,
         "live": {name: _medians([r[name] for r in live]) for name in live[0]},
-        "history": _history(count, repeat, data),
+        "history": _history(count, repeat, data) if history else None,
     }
 
 
@@ -578,7 +602,7 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 def _lines(r: dict[str, Any]) -> Iterator[str]:
     live = r["live"]
-    base = live[PADRES]
+    base = live.get(PADRES) or live.get(PADRES_APART) or {}
     apart = live.get(PADRES_APART, base)
     yield (
         f"live: {r['subscriptions']:,} subscriptions, {r['publications']:,} real quotes, "
@@ -591,8 +615,8 @@ def _lines(r: dict[str, Any]) -> Iterator[str]:
         rate = m["publications_per_second"]
         yield (
             f"  {name:<37} {rate:>9,.0f} publications/s, padres/this "
-            f"{_ratio(base['publications_per_second'], rate)} "
-            f"({_ratio(apart['publications_per_second'], rate)}); "
+            f"{_ratio(base.get('publications_per_second'), rate)} "
+            f"({_ratio(apart.get('publications_per_second'), rate)}); "
             f"p50 {m['latency_p50_ms']:.1f} ms, p99 {m['latency_p99_ms']:.1f} ms"
         )
         yield f"      settings: {r['settings'][name]}"
@@ -607,7 +631,11 @@ def _lines(r: dict[str, Any]) -> Iterator[str]:
                 f"{_ratio(ours_cpu, cpu.get('servers'))}); bytes {sent['total']:,.0f} "
                 f"(padres/this {_ratio(ours_sent, sent['total'])})"
             )
+    if r["nats_missing"]:
+        yield f"NATS not measured: {r['nats_missing']}"
     history = r["history"]
+    if history is None:
+        return
     mine = history["padres"]
     yield f"history: about 1% of {r['count']:,} stored publications by time and content"
     yield (
@@ -629,8 +657,6 @@ def _lines(r: dict[str, Any]) -> Iterator[str]:
     yield "  promises when a publication counts as stored:"
     for side, promise in r["promises"].items():
         yield f"    {side}: {promise}"
-    if r["nats_missing"]:
-        yield f"NATS not measured: {r['nats_missing']}"
 
 
 def report(r: dict[str, Any]) -> str:

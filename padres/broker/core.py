@@ -509,6 +509,7 @@ class Broker:
                     message.visibility,
                     message.priority,
                     message.scope,
+                    message.group,
                 )
             case TxBegin():
                 return self.transactions.begin(session, message, now)

@@ -109,6 +109,9 @@ class Route:
     notify_as: str | None = None
     """For a client's subscription: the id the client knows it by; None for a part of a
     composite subscription (its matches go to the composite)."""
+    grouped: bool = False
+    """For a client's subscription: whether ``notify_as`` is its group's, which a
+    publication matching several subscriptions of the group names once."""
     trees: set[str] = field(default_factory=set)
     """For a subscription made here: the trees with an advertisement it overlaps (only those
     rooted here, for a ``local`` one)."""
@@ -201,10 +204,12 @@ class Routes:
         *,
         priority: int = 0,
         local: bool = False,
+        grouped: bool = False,
     ) -> list[Out]:
         """A subscription client hop ``owner`` made here (see ``Route.notify_as``), of
-        ``priority``, ``local`` or not."""
-        return self._add_local(Route(sub, Sink.CLIENT, owner, notify_as), priority, local)
+        ``priority``, ``local`` or not, ``grouped`` or not (``Route.grouped``)."""
+        route = Route(sub, Sink.CLIENT, owner, notify_as, grouped=grouped)
+        return self._add_local(route, priority, local)
 
     def add_own(
         self,
@@ -298,7 +303,7 @@ class Routes:
                 del self._local[route.sub.filter.class_name]
             if route.owner is not None and route.notify_as is not None:
                 orders = self._orders[route.owner]
-                del orders[route.notify_as]
+                orders.pop(route.notify_as, None)  # the group's, once for all its members
                 if not orders:
                     del self._orders[route.owner]
                 if route.priority:
@@ -421,7 +426,7 @@ class Routes:
                     ids = clients.get(owner)
                     if ids is None:
                         clients[owner] = [notify_as]
-                    else:
+                    elif not (route.grouped and notify_as in ids):
                         if len(ids) == 1:
                             crowded.append(owner)
                         ids.append(notify_as)
@@ -429,15 +434,17 @@ class Routes:
                 durables.append(route)
             elif sink is history:
                 watches.append(sid)
-            if tree is not None and route.arrivals:  # a route from a neighbour
-                for hop, trees in route.arrivals.items():
+            arrivals = route.arrivals
+            if tree is not None and arrivals and not arrivals.keys() <= hops:  # from a neighbour
+                for hop, trees in arrivals.items():
                     if tree in trees:
                         hops.add(hop)
         hops.discard(source)
         ranked = self._ranked
         for owner in crowded:  # in priority order, ties in the order they were made
             if owner in ranked:
-                clients[owner].sort(key=self._orders[owner].__getitem__)
+                orders = self._orders[owner]
+                clients[owner].sort(key=lambda ident: orders.get(ident, 0))
         if len(durables) > 1:
             durables.sort(key=_ORDER)
         if not (clients or durables or watches or hops) and source in self.brokers:

@@ -91,10 +91,17 @@ class Subscribing:
         visibility: Visibility = Visibility.ON_COMMIT,
         priority: int = 0,
         scope: Scope = Scope.GLOBAL,
+        group: str = "",
     ) -> list[Out]:
+        """A plain subscription of a client; ``group``: the id its deliveries name, shared
+        with the other subscriptions of the group (``Subscribe.group``)."""
         taken = _taken(sub.id, session)
         if taken:
             return taken
+        if group:
+            why = _ungroupable(sub, group, session)
+            if why is not None:
+                return [(session.hop, Error(why, sub.id))]
         if sub.filter.window is not None:
             why = _windowed(sub.id, visibility, priority, scope)
             if why is not None:
@@ -108,9 +115,10 @@ class Subscribing:
         out = self.routes.add_local(
             Subscription(gid, sub.filter),
             session.hop,
-            sub.id,
+            group or sub.id,
             priority=priority,
             local=scope is Scope.LOCAL,
+            grouped=bool(group),
         )
         out += self.dead_letters.resume(session.name, sub.id)
         return self._acknowledged(out, [gid], session.hop, sub.id)
@@ -307,3 +315,15 @@ def _taken(sid: str, session: Session) -> list[Out]:
     if sid in session.subscriptions or sid in session.composites:
         return [(session.hop, Error(f"subscription {sid!r} already exists", sid))]
     return []
+
+
+def _ungroupable(sub: Subscription, group: str, session: Session) -> str | None:
+    """Why ``sub`` cannot join ``group`` of ``session``'s client, or None."""
+    if group in session.subscriptions or group in session.composites:
+        return f"subscription {sub.id!r} cannot join group {group!r}: a subscription has its id"
+    if sub.filter.window is not None:
+        return (
+            f"subscription {sub.id!r} cannot join group {group!r}: one with a time window "
+            "is made on its own"
+        )
+    return None

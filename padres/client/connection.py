@@ -240,6 +240,8 @@ class SubscriptionHandle:
         self.handler: Handler | None = None
         """What runs the callback, with retries and an exception queue, if ``retries`` was
         given (``padres.client.handling``)."""
+        self.members: tuple[str, ...] = ()
+        """The subscriptions it stands for at the broker, if made by ``subscribe_many``."""
         if sequencer is not None and retries is None:
             raise ValueError("a sequencer orders the handlers of subscriptions with retries")
         if retries is not None:
@@ -470,6 +472,8 @@ class Client:
         self._queries: dict[str, asyncio.Task[Envelope]] = {}
         """Table queries in flight, shared by the callers asking meanwhile (``query``)."""
         self._subs: dict[str, SubscriptionHandle] = {}
+        self._groups: dict[str, SubscriptionHandle] = {}
+        """The handles of ``subscribe_many``, also in ``_subs``: their members are not."""
         self._ids = {k: itertools.count(1) for k in ("p", "s", "a", "d", "t")}
         self._welcome: asyncio.Future[Welcome] | None = None
         self._made: dict[tuple[str, str], Envelope] = {}
@@ -619,6 +623,7 @@ class Client:
         for handle in self._subs.values():
             handle._end()
         self._subs.clear()
+        self._groups.clear()
 
     async def __aenter__(self) -> Client:
         return await self.connect()
@@ -752,6 +757,65 @@ class Client:
             ),
         )
 
+    async def subscribe_many(
+        self,
+        filters: Sequence[str | Filter],
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+        when_full: WhenFull = "drop",
+    ) -> SubscriptionHandle:
+        """Subscribe to ``filters`` as one subscription, ``id``: a publication that matches
+        any of them is handed to ``callback`` (or the handle's iterator) once, as a ``Notify``
+        naming ``id`` (not which of the filters matched). This is the way to hold many
+        filters with one handler: a publication matching several of them costs one delivery,
+        not one per filter, at the broker, on the wire and here.
+
+        At the broker each filter is a subscription of its own, ``<id>.<n>`` for the n-th
+        (from 0; the handle's ``members``), made in one request of as few frames as the frame
+        limit allows, and covered, merged and routed as any other; ``unsubscribe(id)`` ends
+        them all. If the broker refuses one, those made are withdrawn and ``RequestFailed`` is
+        raised. A filter with a time window is subscribed on its own (``subscribe``); the
+        queue options are ``subscribe``'s."""
+        ident = id or self._id("s")
+        parsed = [_filter(flt) for flt in filters]
+        if not parsed:
+            raise ValueError("subscribe_many needs at least one filter")
+        if any(flt.window is not None for flt in parsed):
+            raise ValueError("a filter with a time window is subscribed on its own (subscribe)")
+        if ident in self._subs:
+            raise RequestFailed(f"subscription {ident!r} already exists", ident)
+        limits = self._limits(max_pending, max_pending_bytes)
+        handle = SubscriptionHandle(
+            self,
+            ident,
+            callback,
+            max_pending=limits[0],
+            max_pending_bytes=limits[1],
+            when_full=when_full,
+        )
+        made = [
+            Subscribe(Subscription(f"{ident}.{n}", flt), group=ident)
+            for n, flt in enumerate(parsed)
+        ]
+        handle.members = tuple(request.subscription.id for request in made)
+        self._subs[ident] = handle
+        try:
+            replies = await self._requests([(r.subscription.id, r) for r in made])
+        except BaseException:
+            self._subs.pop(ident, None)
+            handle._end()
+            with contextlib.suppress(PadresError, TimeoutError):
+                await self._requests([(m, Unsubscribe(m)) for m in handle.members])
+            raise
+        handle.incomplete = tuple(why for reply in replies for why in _incomplete(reply))
+        self._groups[ident] = handle
+        for request in made:
+            self._made["s", request.subscription.id] = request
+        return handle
+
     async def subscribe_composite(
         self,
         expression: str | CompositeSubscription,
@@ -833,6 +897,8 @@ class Client:
     ) -> SubscriptionHandle:
         """Ask the broker for ``handle``'s subscription by ``request``, which a reconnect makes
         again; the handle ends if the broker refuses it."""
+        if handle.id in self._groups:
+            raise RequestFailed(f"subscription {handle.id!r} already exists", handle.id)
         self._subs[handle.id] = handle
         if windowed(request):
             handle.seen = Seen()
@@ -855,6 +921,14 @@ class Client:
             handle.ack(seq)
 
     async def unsubscribe(self, ident: str) -> None:
+        group = self._groups.pop(ident, None)
+        if group is not None:
+            for member in group.members:
+                self._made.pop(("s", member), None)
+            self._subs.pop(ident, None)
+            group._end()
+            await self._requests([(m, Unsubscribe(m)) for m in group.members])
+            return
         await self._request(ident, Unsubscribe(ident))
         self._made.pop(("s", ident), None)
         handle = self._subs.pop(ident, None)
@@ -1162,21 +1236,43 @@ class Client:
     ) -> Envelope:
         """Send ``message`` and wait for its answer (``timeout`` seconds more than the
         client's own, if given)."""
-        if ref in self._pending:
-            raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
-        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
-        self._pending[ref] = future
-        self._read_on()
+        return (await self._requests([(ref, message)], recovering, timeout))[0]
+
+    async def _requests(
+        self,
+        requests: Sequence[tuple[str, Envelope]],
+        recovering: bool = False,
+        timeout: float | None = None,
+    ) -> list[Envelope]:
+        """Send each message of ``requests`` (its reference, the message), in as few frames
+        as the frame limit allows, and wait for every answer; the first that failed raises."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Envelope]] = []
+        for ref, _ in requests:
+            if ref in self._pending:
+                raise RequestFailed(f"a request for {ref!r} is already waiting", ref)
         try:
-            await self._send([message], recovering)
-            reply = await asyncio.wait_for(future, self.timeout + (timeout or 0.0))
-        finally:
-            self._pending.pop(ref, None)
+            for ref, _ in requests:
+                futures.append(loop.create_future())
+                self._pending[ref] = futures[-1]
             self._read_on()
-        if isinstance(reply, Ok) and reply.incomplete:
-            why = "; ".join(reply.incomplete)
-            log.warning("%s: the routing of %s settled only in part: %s", self.name, ref, why)
-        return reply
+            await self._send([message for _, message in requests], recovering)
+            async with asyncio.timeout(self.timeout + (timeout or 0.0)):
+                answers = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            for ref, _ in requests:
+                self._pending.pop(ref, None)
+            self._read_on()
+        replies: list[Envelope] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            replies.append(answer)
+        for (ref, _), reply in zip(requests, replies, strict=True):
+            if isinstance(reply, Ok) and reply.incomplete:
+                why = "; ".join(reply.incomplete)
+                log.warning("%s: the routing of %s settled only in part: %s", self.name, ref, why)
+        return replies
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1432,6 +1528,25 @@ class BlockingClient:
                 max_pending_bytes=max_pending_bytes,
                 priority=priority,
                 scope=scope,
+            )
+        )
+
+    def subscribe_many(
+        self,
+        filters: Sequence[str | Filter],
+        callback: Callable[[Delivery], Any] | None = None,
+        id: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+    ) -> SubscriptionHandle:
+        return self._call(
+            self._client.subscribe_many(
+                filters,
+                callback,
+                id,
+                max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
             )
         )
 

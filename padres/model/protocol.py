@@ -302,17 +302,23 @@ class Subscribe(WireMessage, frozen=True, tag="subscribe"):
     ``priority``: where its id comes in a ``Notify`` matching several of the client's
     subscriptions (higher first, ties in the order they were made where the client's
     priorities are not all 0); ``scope``: which
-    publications it sees by where they were published (``Scope``).
+    publications it sees by where they were published (``Scope``); ``group``: the id a
+    ``Notify`` names it by instead of its own, shared by the subscriptions of one group
+    (``Client.subscribe_many``): a publication matching several of them names the group once.
 
-    A plain ``subscription`` is the same with the defaults: ``on_commit``, 0, ``global``."""
+    A plain ``subscription`` is the same with the defaults: ``on_commit``, 0, ``global``, no
+    group."""
 
     subscription: Subscription
     visibility: Visibility = Visibility.ON_COMMIT
     priority: int = 0
     scope: Scope = Scope.GLOBAL
+    group: str = ""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
+        if self.group:
+            check_id(self.group, "subscription group")
 
 
 class TxBegin(WireMessage, frozen=True, tag="tx_begin"):

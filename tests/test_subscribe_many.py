@@ -1,0 +1,146 @@
+"""``Client.subscribe_many``: many filters held as one subscription, through real brokers.
+
+A publication matching any of the filters reaches the handler once, naming every matched
+subscription of the client, exactly the publications the reference matcher selects; the group
+ends with one unsubscribe, is withdrawn whole when the broker refuses a member, and goes on
+after its broker is killed and started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+
+import pytest
+from msgspec.structs import replace
+
+from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
+from padres.client.connection import Client, Delivery
+from padres.errors import RequestFailed
+from padres.matching.matcher import matches
+from padres.model.messages import Publication, Subscription
+from padres.model.protocol import Notify
+from padres.testing.processes import BrokerProcess
+from tests.support import eventually
+
+FILTERS = 150
+QUOTES = 1_500
+
+
+@pytest.fixture(scope="module")
+def chain() -> Iterator[tuple[str, str]]:
+    """Two brokers, B1 - B2: the publisher at B1, the subscriber at B2."""
+    b1 = BrokerProcess("B1", quiet=True)
+    url1 = b1.start()
+    b2 = BrokerProcess("B2", neighbours=[url1], quiet=True)
+    try:
+        yield url1, b2.start()
+    finally:
+        b2.stop()
+        b1.stop()
+
+
+def _workload() -> tuple[list[Subscription], list[Publication]]:
+    quotes = stock_publications(None)[:QUOTES]
+    return list(stock_subscriptions(FILTERS, quotes, seed=7)), quotes
+
+
+def _expected(subs: list[Subscription], quotes: list[Publication]) -> dict[str, set[str]]:
+    """Per publication id, the subscriptions (by filter index) it matches: the reference."""
+    out: dict[str, set[str]] = {}
+    for quote in quotes:
+        matched = {str(n) for n, sub in enumerate(subs) if matches(sub.filter, quote)}
+        if matched:
+            out[quote.id] = matched
+    return out
+
+
+async def _publish(url: str, name: str, quotes: list[Publication]) -> None:
+    async with Client(url, name) as publisher:
+        await publisher.advertise(STOCK_ADVERTISEMENT)
+        await publisher.publish_many(quotes)
+        await publisher.flush()
+
+
+async def test_each_publication_reaches_the_group_once_as_the_reference_selects(
+    chain: tuple[str, str],
+) -> None:
+    url1, url2 = chain
+    subs, quotes = _workload()
+    expected = _expected(subs, quotes)
+    got: collections.Counter[str] = collections.Counter()
+    plain: list[str] = []
+    names: dict[str, tuple[str, ...]] = {}
+
+    def on_group(delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        # the group once, whichever of its filters matched, beside the client's plain one
+        names[delivery.publication.id] = delivery.subscriptions
+        got[delivery.publication.id] += 1
+
+    async with Client(url2, "reader") as reader:
+        group = await reader.subscribe_many([s.filter for s in subs], on_group, id="g")
+        assert group.members == tuple(f"g.{n}" for n in range(FILTERS))
+        # a plain subscription of the same client, overlapping the group, still gets its own
+        await reader.subscribe(subs[0].filter, lambda d: plain.append(d.publication.id), id="p")
+        with pytest.raises(RequestFailed, match="already exists"):
+            await reader.subscribe(subs[1].filter, id="g")
+        await _publish(url1, "quotes", quotes)
+        await eventually(lambda: len(got) >= len(expected))
+        await asyncio.sleep(0.3)  # anything doubled would have come by now
+        assert set(got) == set(expected)
+        assert set(got.values()) == {1}
+        assert sorted(plain) == sorted(p for p, m in expected.items() if "0" in m)
+        assert {pid: sorted(n) for pid, n in names.items()} == {
+            pid: ["g", "p"] if "0" in m else ["g"] for pid, m in expected.items()
+        }
+
+        await reader.unsubscribe("g")
+        before = len(plain)
+        again = [replace(q, id=f"again-{q.id}") for q in quotes[:200]]
+        await _publish(url1, "quotes-2", again)
+        await eventually(
+            lambda: len(plain) >= before + sum("0" in expected.get(q.id, ()) for q in quotes[:200])
+        )
+        assert not any(pid.startswith("again-") for pid in got)
+
+
+async def test_a_refused_member_withdraws_the_whole_group(chain: tuple[str, str]) -> None:
+    url1, url2 = chain
+    subs, quotes = _workload()
+    got: list[str] = []
+    async with Client(url2, "refused") as reader:
+        await reader.subscribe("[class,eq,'NOTHING']", id="h.3")  # takes a member's id
+        with pytest.raises(RequestFailed, match=r"h\.3"):
+            await reader.subscribe_many(
+                [s.filter for s in subs[:10]], lambda d: got.append("x"), id="h"
+            )
+        await _publish(url1, "quotes-3", [replace(q, id=f"r-{q.id}") for q in quotes])
+        await asyncio.sleep(1.0)
+        assert got == []  # the members made before the refusal were withdrawn
+        # the id is free again once withdrawn
+        group = await reader.subscribe_many([subs[0].filter], id="h")
+        assert group.members == ("h.0",)
+
+
+async def test_the_group_goes_on_after_its_broker_is_killed_and_started_again() -> None:
+    b1 = BrokerProcess("K1", quiet=True)
+    url = b1.start()
+    subs, quotes = _workload()
+    expected = _expected(subs, quotes)
+    got: collections.Counter[str] = collections.Counter()
+    try:
+        async with Client(url, "survivor", reconnect=True) as reader:
+            await reader.subscribe_many(
+                [s.filter for s in subs], lambda d: got.update([d.publication.id]), id="g"
+            )
+            b1.kill()
+            await asyncio.to_thread(b1.start)
+            await eventually(lambda: reader.state.value == "open", timeout=20)
+            await _publish(b1.url, "after", quotes)
+            await eventually(lambda: len(got) >= len(expected), timeout=20)
+            await asyncio.sleep(0.3)
+            assert set(got) == set(expected) and set(got.values()) == {1}
+    finally:
+        b1.stop()
