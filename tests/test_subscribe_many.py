@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 from collections.abc import Iterator
 
 import pytest
 from msgspec.structs import replace
 
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
+from padres.broker import Covering
 from padres.client.connection import Client, Delivery
 from padres.errors import RequestFailed
+from padres.language.parser import parse_advertisement
 from padres.matching.matcher import matches
-from padres.model.messages import Publication, Subscription
-from padres.model.protocol import Notify
+from padres.model.messages import Publication, Subscription, Unsubscribe
+from padres.model.protocol import Notify, Subscribe
+from padres.runtime.simulation import Simulation
 from padres.testing.processes import BrokerProcess
 from tests.support import eventually
 
@@ -144,3 +148,61 @@ async def test_the_group_goes_on_after_its_broker_is_killed_and_started_again() 
             assert set(got) == set(expected) and set(got.values()) == {1}
     finally:
         b1.stop()
+
+
+# -- the broker core, simulated ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_group_is_named_once_as_long_as_one_member_matches_across_a_cycle(seed: int) -> None:
+    """Random members and plain subscriptions of one client at D of the star with cycles;
+    members withdrawn one by one: every notification names the group once exactly when a
+    member still made matches, and the plain subscriptions as the reference says."""
+    rng = random.Random(seed)
+    sim = Simulation(seed, covering=Covering.LAZY)
+    for b in "ABCDE":
+        sim.add_broker(b)
+    for b in "ACDE":
+        sim.link(b, "B")
+    sim.link("A", "C")
+    sim.link("D", "E")
+    sim.run()
+    subs, quotes = _workload()
+    publisher, reader = sim.attach("pub", "A"), sim.attach("reader", "D")
+    sim.send(publisher, parse_advertisement(STOCK_ADVERTISEMENT, id="a1"))
+    sim.run()
+    members = {f"g.{n}": sub.filter for n, sub in enumerate(rng.sample(subs, 40))}
+    plain = {f"p{n}": sub.filter for n, sub in enumerate(rng.sample(subs, 10))}
+    for sid, flt in members.items():
+        sim.send(reader, Subscribe(Subscription(sid, flt), group="g"))
+    for sid, flt in plain.items():
+        sim.send(reader, Subscription(sid, flt))
+    sim.run()
+    assert not reader.errors
+    batch = 0
+    while True:
+        reader.notifications.clear()
+        pubs = [replace(q, id=f"{batch}-{q.id}") for q in rng.sample(quotes, 60)]
+        for pub in pubs:
+            sim.send(publisher, pub)
+        sim.run()
+        got = {n.publication.id: sorted(n.subscriptions) for n in reader.notifications}
+        assert len(got) == len(reader.notifications)  # one notification a publication
+        wanted = {}
+        for pub in pubs:
+            names = sorted(s for s, f in plain.items() if matches(f, pub))
+            if any(matches(f, pub) for f in members.values()):
+                names = sorted([*names, "g"])
+            if names:
+                wanted[pub.id] = names
+        assert got == wanted
+        if not members:
+            break
+        for sid in rng.sample(sorted(members), min(len(members), rng.randint(5, 15))):
+            del members[sid]
+            sim.send(reader, Unsubscribe(sid))
+        sim.run()
+        batch += 1
+    sim.detach(reader)  # what is left of the client goes with it
+    sim.run()
+    assert sim.tables_empty() or all(not b.routes._in_group for b in sim.brokers.values())

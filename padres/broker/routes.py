@@ -109,9 +109,6 @@ class Route:
     notify_as: str | None = None
     """For a client's subscription: the id the client knows it by; None for a part of a
     composite subscription (its matches go to the composite)."""
-    grouped: bool = False
-    """For a client's subscription: whether ``notify_as`` is its group's, which a
-    publication matching several subscriptions of the group names once."""
     trees: set[str] = field(default_factory=set)
     """For a subscription made here: the trees with an advertisement it overlaps (only those
     rooted here, for a ``local`` one)."""
@@ -169,6 +166,13 @@ class Routes:
         those clients' ids are sorted)."""
         """Per client hop, the ``Route.order`` of its subscriptions by the ids it knows them
         by: a client's ids in one notify are sorted by it."""
+        self._in_group: dict[str, str] = {}
+        """The ids of the ``grouped`` routes made here, each to its group's key in
+        ``_groups``: a publication matching several members goes to the group once, the
+        members' own routes never looked at (``match``)."""
+        self._groups: dict[str, tuple[Route, int]] = {}
+        """Per group (its owner and id), a route standing for all its members in ``match``,
+        and how many members it has."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -207,8 +211,17 @@ class Routes:
         grouped: bool = False,
     ) -> list[Out]:
         """A subscription client hop ``owner`` made here (see ``Route.notify_as``), of
-        ``priority``, ``local`` or not, ``grouped`` or not (``Route.grouped``)."""
-        route = Route(sub, Sink.CLIENT, owner, notify_as, grouped=grouped)
+        ``priority``, ``local`` or not; ``grouped``: ``notify_as`` names the group it is a
+        member of, which a publication matching several members names once
+        (``Subscribe.group``)."""
+        route = Route(sub, Sink.CLIENT, owner, notify_as)
+        if grouped:
+            key = f"{owner}\0{notify_as}"  # hop and id together: no client id holds a NUL
+            group, members = self._groups.get(key, (None, 0))
+            if group is None:
+                group = Route(sub, Sink.CLIENT, owner, notify_as)
+            self._groups[key] = (group, members + 1)
+            self._in_group[sub.id] = key
         return self._add_local(route, priority, local)
 
     def add_own(
@@ -297,6 +310,13 @@ class Routes:
         leaves): none of them is placed again when another that hid it is withdrawn."""
         routes = [self._routes[sid] for sid in subscription_ids]
         for route in routes:
+            key = self._in_group.pop(route.id, None)
+            if key is not None:
+                group, members = self._groups[key]
+                if members > 1:
+                    self._groups[key] = (group, members - 1)
+                else:
+                    del self._groups[key]
             local = self._local[route.sub.filter.class_name]
             del local[route.id]
             if not local:
@@ -415,8 +435,13 @@ class Routes:
         routes = self._routes
         client, durable, history = Sink.CLIENT, Sink.DURABLE, Sink.HISTORY  # as locals: faster
         skipped = self._scoped if self._scoped and source in self.brokers else None
-        for sid in result.conditions:
-            route = routes[sid]
+        conditions: Iterable[str] = result.conditions
+        if self._in_group:  # each group once, in place of its members
+            in_group = self._in_group
+            conditions = dict.fromkeys([in_group.get(sid, sid) for sid in conditions])
+        groups = self._groups
+        for sid in conditions:
+            route = routes.get(sid) or groups[sid][0]
             if skipped is not None and sid in skipped:
                 continue  # a local subscription: the publication comes from a neighbour
             sink = route.sink
@@ -426,7 +451,7 @@ class Routes:
                     ids = clients.get(owner)
                     if ids is None:
                         clients[owner] = [notify_as]
-                    elif not (route.grouped and notify_as in ids):
+                    else:
                         if len(ids) == 1:
                             crowded.append(owner)
                         ids.append(notify_as)
