@@ -60,6 +60,11 @@ def _expected(subs: list[Subscription], quotes: list[Publication]) -> dict[str, 
     return out
 
 
+def _id(delivery: Delivery) -> str:
+    assert isinstance(delivery, Notify)
+    return delivery.publication.id
+
+
 async def _publish(url: str, name: str, quotes: list[Publication]) -> None:
     async with Client(url, name) as publisher:
         await publisher.advertise(STOCK_ADVERTISEMENT)
@@ -87,7 +92,7 @@ async def test_each_publication_reaches_the_group_once_as_the_reference_selects(
         group = await reader.subscribe_many([s.filter for s in subs], on_group, id="g")
         assert group.members == tuple(f"g.{n}" for n in range(FILTERS))
         # a plain subscription of the same client, overlapping the group, still gets its own
-        await reader.subscribe(subs[0].filter, lambda d: plain.append(d.publication.id), id="p")
+        await reader.subscribe(subs[0].filter, lambda d: plain.append(_id(d)), id="p")
         with pytest.raises(RequestFailed, match="already exists"):
             await reader.subscribe(subs[1].filter, id="g")
         await _publish(url1, "quotes", quotes)
@@ -137,7 +142,7 @@ async def test_the_group_goes_on_after_its_broker_is_killed_and_started_again() 
     try:
         async with Client(url, "survivor", reconnect=True) as reader:
             await reader.subscribe_many(
-                [s.filter for s in subs], lambda d: got.update([d.publication.id]), id="g"
+                [s.filter for s in subs], lambda d: got.update([_id(d)]), id="g"
             )
             b1.kill()
             await asyncio.to_thread(b1.start)
