@@ -602,7 +602,7 @@ class Broker:
         started to follow (after ``outs``); routing messages get their echo tokens."""
         if sync:
             outs = outs + self.durables.sync()
-        if not any(type(message) in _MARKED for _, message in outs):
+        if _MARKED.isdisjoint({type(message) for _, message in outs}):
             return outs
         self._ended(outs)
         return self._tagged(outs)
