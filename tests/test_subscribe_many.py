@@ -18,11 +18,12 @@ from msgspec.structs import replace
 
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.broker import Covering
+from padres.broker.groups import Groups
 from padres.client.connection import Client, Delivery
 from padres.errors import RequestFailed
 from padres.language.parser import parse_advertisement
 from padres.matching.matcher import matches
-from padres.model.messages import Publication, Subscription, Unsubscribe
+from padres.model.messages import Filter, Publication, Subscription, Unsubscribe
 from padres.model.protocol import Notify, Subscribe
 from padres.runtime.simulation import Simulation
 from padres.testing.processes import BrokerProcess
@@ -211,3 +212,37 @@ def test_a_group_is_named_once_as_long_as_one_member_matches_across_a_cycle(seed
     sim.detach(reader)  # what is left of the client goes with it
     sim.run()
     assert sim.tables_empty() or all(not b.routes._in_group for b in sim.brokers.values())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_matched_members_of_a_group_match_what_all_its_members_match(seed: int) -> None:
+    """Members added and removed at random: a publication matches a matched member exactly
+    when it matches any member; the members hidden are a good part of them."""
+    rng = random.Random(seed)
+    quotes = stock_publications(None)[:QUOTES]
+    groups = Groups(scan=64)
+    members: dict[str, Filter] = {}
+    matched: set[str] = set()
+    hidden_seen = 0
+    pool = list(stock_subscriptions(600, quotes, seed=seed))
+    for step in range(600):
+        if members and rng.random() < 0.35:
+            member = rng.choice(sorted(members))
+            del members[member]
+            matched.discard(member)
+            matched |= {m for m, _ in groups.remove(member)}
+        else:
+            member, flt = f"m{step}", rng.choice(pool).filter
+            members[member] = flt
+            if groups.add("g", member, flt):
+                matched.add(member)
+            else:
+                hidden_seen += 1
+        if step % 100 == 99:
+            assert matched <= members.keys()
+            for quote in rng.sample(quotes, 25):
+                assert any(matches(members[m], quote) for m in matched) == any(
+                    matches(f, quote) for f in members.values()
+                )
+    assert len(groups) == len(members)
+    assert hidden_seen > 30

@@ -39,18 +39,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import combinations, islice
+from itertools import islice
 from operator import attrgetter
 from typing import Final, Literal, NamedTuple, TypeAlias
 
+from padres.broker.groups import Groups
 from padres.broker.merging import Mergers, Merging, Slot
 from padres.broker.trees import Trees
-from padres.matching.relations import covers, overlaps
+from padres.matching.relations import EqKey, covers, eq_key, eq_subkeys, overlaps
 from padres.matching.rete_matcher import to_conjunction
-from padres.model.messages import Filter, Predicate, Publication, Subscription
+from padres.model.messages import Filter, Publication, Subscription
 from padres.model.protocol import MAX_PRIORITY, Envelope, RouteSubscribe
 from rete import Activation, Network
-from rete.operators import Op
 
 __all__ = ["COVER_SCAN", "Covering", "Matches", "Out", "Route", "Routes", "Sink", "Slot"]
 
@@ -173,6 +173,10 @@ class Routes:
         self._groups: dict[str, tuple[Route, int]] = {}
         """Per group (its owner and id), a route standing for all its members in ``match``,
         and how many members it has."""
+        self._members = Groups(COVER_SCAN)
+        """Which members of the groups are matched (``padres.broker.groups``)."""
+        self._unmatched: set[str] = set()
+        """The ids of the members the routing network does not hold (hidden in their group)."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -317,6 +321,9 @@ class Routes:
                     self._groups[key] = (group, members - 1)
                 else:
                     del self._groups[key]
+                for member, flt in self._members.remove(route.id):  # matched in its place
+                    self._unmatched.discard(member)
+                    self.network.add(member, to_conjunction(flt))
             local = self._local[route.sub.filter.class_name]
             del local[route.id]
             if not local:
@@ -481,6 +488,10 @@ class Routes:
 
     def _insert(self, route: Route) -> None:
         self._routes[route.id] = route
+        group = self._in_group.get(route.id)
+        if group is not None and not self._members.add(group, route.id, route.sub.filter):
+            self._unmatched.add(route.id)  # another member of its group covers it
+            return
         self.network.add(route.id, to_conjunction(route.sub.filter))
 
     def _watch(self, route: Route, trees: Iterable[str]) -> None:
@@ -527,7 +538,10 @@ class Routes:
 
     def _drop(self, route: Route) -> None:
         del self._routes[route.id]
-        self.network.remove(route.id)
+        if route.id in self._unmatched:
+            self._unmatched.discard(route.id)
+        else:
+            self.network.remove(route.id)
 
     def _place(self, route: Route, slot: Slot) -> list[Out]:
         """Forward ``route`` to ``slot``, or hide it behind a subscription covering it there."""
@@ -612,7 +626,7 @@ class Routes:
             return self._routes[next(iter(same))]
         others = (
             (flt, sids)
-            for sub_key in _subkeys(key)
+            for sub_key in eq_subkeys(key)
             for flt, sids in by_key.get(sub_key, {}).items()
             if flt != mine
         )
@@ -649,27 +663,6 @@ def _order(priority: int, rank: int) -> int:
     """The ``Route.order`` of a route of ``priority``, the ``rank``-th made: higher priority
     first, then the one made first (one integer: sorting by it is one comparison)."""
     return (MAX_PRIORITY - priority) << 64 | rank
-
-
-EqKey: TypeAlias = frozenset[Predicate]
-
-
-def eq_key(flt: Filter) -> EqKey:
-    """A filter's string and boolean equality predicates (its class among them)."""
-    return frozenset(p for p in flt.predicates if p.op is Op.EQ)
-
-
-def _subkeys(key: EqKey) -> Iterator[EqKey]:
-    """The subsets of an equality key that keep its class predicate, largest first."""
-    rest = [p for p in key if p.attribute != "class"]
-    cls = key - set(rest)
-    if len(rest) > 6:  # too many to enumerate: the key itself and the class alone
-        yield key
-        yield frozenset(cls)
-        return
-    for size in range(len(rest), -1, -1):
-        for chosen in combinations(rest, size):
-            yield cls | frozenset(chosen)
 
 
 def _batched(outs: list[Out]) -> list[Out]:

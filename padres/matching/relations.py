@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Final
+from itertools import combinations
+from typing import Final, TypeAlias
 
 from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, evaluate
 
-__all__ = ["covers", "overlaps", "satisfiable"]
+__all__ = ["EqKey", "covers", "eq_key", "eq_subkeys", "overlaps", "satisfiable"]
 
 
 @dataclass
@@ -296,3 +297,25 @@ def _within(inner: _Space, outer: _Space, predicates: list[Predicate]) -> bool:
             if not inner.strings.implies(p.op, p.value):  # type: ignore[arg-type]
                 return False
     return True
+
+
+EqKey: TypeAlias = frozenset[Predicate]
+"""A filter's equality predicates: a filter covering another has a subset of its key."""
+
+
+def eq_key(flt: Filter) -> EqKey:
+    """A filter's string and boolean equality predicates (its class among them)."""
+    return frozenset(p for p in flt.predicates if p.op is Op.EQ)
+
+
+def eq_subkeys(key: EqKey) -> Iterator[EqKey]:
+    """The subsets of an equality key that keep its class predicate, largest first."""
+    rest = [p for p in key if p.attribute != "class"]
+    cls = key - set(rest)
+    if len(rest) > 6:  # too many to enumerate: the key itself and the class alone
+        yield key
+        yield frozenset(cls)
+        return
+    for size in range(len(rest), -1, -1):
+        for chosen in combinations(rest, size):
+            yield cls | frozenset(chosen)
