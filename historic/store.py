@@ -3,7 +3,8 @@
 ``Store("sqlite:///db1.sqlite")`` (the default kind: a file, nothing to install) or
 ``Store("postgresql+psycopg://user@host/db")``. Writes are batched and idempotent: a publication
 is stored once, identified by its publisher and id, however often it is added. Queries return
-publications in time order (then in the order they were stored).
+publications in time order (then in the order they were stored), built without checking the
+rules of the language again (they were checked before they were stored).
 
 ``add`` is one transaction: all or nothing. ``write`` is what a database node uses: it stores
 what can be stored and sets aside, in the ``rejected`` table with the reason, each publication
@@ -58,7 +59,7 @@ from historic.schema import (
 )
 from padres.errors import StorageError
 from padres.model.codec import from_dict, to_dict
-from padres.model.messages import Filter, Publication
+from padres.model.messages import Filter, Publication, checked_before
 from padres.security.files import private_file
 
 __all__ = ["Rejection", "Store", "Written", "reason"]
@@ -275,7 +276,7 @@ class Store:
                     where.append(publications.c.time < micros(until))
                 statement = select(*_WHOLE).where(*where).order_by(*_ORDER).limit(limit)
                 for rows in _fetch(conn, statement, size):
-                    yield [_publication(*row) for row in rows]
+                    yield _publications(rows)
         except (SQLAlchemyError, self._driver_error) as exc:
             raise self._failure(exc, "query failed") from exc
 
@@ -558,6 +559,14 @@ def _publication_of(body: Any) -> Publication:
 
 def _publication(ident: str, publisher: str, stamp: str, attributes: str) -> Publication:
     return Publication(ident, orjson.loads(attributes), datetime.fromisoformat(stamp), publisher)
+
+
+def _publications(rows: Sequence[Sequence[Any]]) -> list[Publication]:
+    """The publications of rows read for a query, built without checking the rules of the
+    language again: they were checked before they were stored, and a broker checks what a
+    database node sends it (this takes building one from 7 to 2 µs)."""
+    with checked_before():
+        return [_publication(*row) for row in rows]
 
 
 def reason(exc: BaseException) -> str:
