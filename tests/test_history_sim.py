@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from padres.broker.replay import Feed
 from padres.language.parser import parse_advertisement, parse_composite, parse_subscription
 from padres.model.messages import Publication, TimeWindow, Unsubscribe
@@ -284,6 +287,31 @@ def test_a_feed_drops_a_live_copy_of_a_replayed_publication_after_the_switch() -
     assert feed.arrived(late) == []  # outside the window
     new = Publication("p9", {"class": "Order"}, NOW + timedelta(seconds=9), "x")
     assert feed.arrived(new) == [new]
+
+
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(-2, 12)), max_size=6), max_size=5)
+)
+def test_a_feed_of_one_database_passes_on_what_the_general_merge_would(
+    batches: list[list[tuple[int, int]]],
+) -> None:
+    """One database's answer, passed on as it comes, against the merge of several databases
+    (a second one that sends nothing): the same publications, copies dropped, in the same
+    order, the window applied, the live ones released after it."""
+    window = TimeWindow(NOW, NOW + timedelta(seconds=10))
+    one = Feed(window, ["d1"], live=True)
+    two = Feed(window, ["d1", "d2"], live=True)
+    assert two.finished("d2") == []
+    live = Publication("p3", {"class": "Order"}, NOW + timedelta(seconds=9), "x")
+    assert one.arrived(live) == two.arrived(live) == []
+    for batch in batches:
+        pubs = [
+            Publication(f"p{i}", {"class": "Order"}, NOW + timedelta(seconds=s), "x")
+            for i, s in sorted(batch, key=lambda b: b[1])
+        ]
+        assert one.replayed("d1", pubs) == two.replayed("d1", pubs)
+        assert one.reached == two.reached
+    assert one.finished("d1") == two.finished("d1")
 
 
 # -- databases that do not answer --------------------------------------------------------------
