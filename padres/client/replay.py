@@ -5,7 +5,8 @@ both. Each registers a ``ReplaySource`` with the client's responder (``responder
 responder takes every ``ReplayRequest`` routed to the client, waits until each source is ready
 for it, reads the sources on a worker thread, merges them into one stream in time order (a
 publication several sources hold is sent once), and sends it back in ``ReplayBatch``es of
-``batch`` publications, then ``ReplayEnd`` with the count, or with the error that cut it short.
+``batch`` publications (the next batch is read while one is sent), then ``ReplayEnd`` with the
+count, or with the error that cut it short.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import heapq
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from itertools import chain
 from typing import Any, Protocol
 
@@ -90,10 +92,17 @@ class ReplayResponder:
             if flt is None:
                 return 0
             sent = 0
-            for chunk in _chunks(self._merged(flt), self.batch):
-                batch = ReplayBatch(rid, db, tuple(chunk))
-                asyncio.run_coroutine_threadsafe(self.client.answer([batch]), loop).result()
-                sent += len(chunk)
+            sending: Future[None] | None = None
+            try:
+                for chunk in _chunks(self._merged(flt), self.batch):
+                    if sending is not None:
+                        sending.result()  # one batch on its way while the next is read
+                    batch = ReplayBatch(rid, db, tuple(chunk))
+                    sending = asyncio.run_coroutine_threadsafe(self.client.answer([batch]), loop)
+                    sent += len(chunk)
+            finally:
+                if sending is not None:
+                    sending.result()
             return sent
 
         try:
