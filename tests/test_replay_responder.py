@@ -4,6 +4,7 @@ with its error."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -77,3 +78,34 @@ async def test_a_failing_source_ends_the_answer_with_its_error() -> None:
     (end,) = client.sent
     assert isinstance(end, ReplayEnd) and end.count == 0
     assert "archive is unreadable" in end.error
+
+
+class _Breaking(_Source):
+    """Two batches, then the source fails."""
+
+    def stream(self, flt: Filter, size: int) -> Iterable[Sequence[Publication]]:
+        yield self.pubs[:size]
+        yield self.pubs[size : 2 * size]
+        raise PadresError(f"{self.name} broke")
+
+
+class _SlowClient(_Client):
+    """A client whose batches take a while to go out."""
+
+    async def answer(self, messages: list[ReplayBatch | ReplayEnd]) -> None:
+        if any(isinstance(m, ReplayBatch) for m in messages):
+            await asyncio.sleep(0.05)
+        self.sent += messages
+
+
+async def test_batches_under_way_go_out_before_the_end_of_a_failed_answer() -> None:
+    client = _SlowClient()
+    replies = ReplayResponder(client, "DB3", batch=2)
+    replies.add(_Breaking("store", [_pub(n) for n in range(6)]))
+    await replies.answer(_request())
+    *batches, end = client.sent
+    assert [[p.id for p in b.publications] for b in batches if isinstance(b, ReplayBatch)] == [
+        ["p0", "p1"],
+        ["p2", "p3"],
+    ]
+    assert isinstance(end, ReplayEnd) and end.count == 0 and "store broke" in end.error
