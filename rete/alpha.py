@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
-from rete.cluster import SMALL, Cluster, Entry
+from rete.cluster import SMALL, Cluster, Entry, Filing
 from rete.conditions import Test
 from rete.keyed import TAGS, tag
-from rete.numeric import RANGE_OPS
 from rete.operators import Op, Value
 
 __all__ = ["AlphaNetwork"]
 
 ClusterKey = tuple[str, str, Value] | None
-_NOTHING: frozenset[str] = frozenset()
-_EQ, _EQ_NUM = Op.EQ, Op.EQ_NUM
+_ACCESS_OPS = (Op.EQ, Op.EQ_NUM)
+_OP = itemgetter(1)
 
 
 class AlphaNetwork:
@@ -33,14 +33,23 @@ class AlphaNetwork:
         self._keyed_values: Counter[str] = Counter()
         self._entries = 0
 
-    def _access(self, tests: tuple[Test, ...]) -> tuple[ClusterKey, tuple[Test, ...]]:
+    def _access(
+        self, tests: tuple[Test, ...], staged: Mapping[ClusterKey, list[int]]
+    ) -> tuple[ClusterKey, tuple[Test, ...]]:
+        """The key of the cluster for a condition (``staged``: conditions on their way into
+        each cluster, counted as if there already), and its tests less the access test."""
         best: tuple[tuple[int, int, int], int, ClusterKey] | None = None
-        for i, t in enumerate(tests):
-            if t.op is _EQ or t.op is _EQ_NUM:
-                assert t.operand is not None
-                key: ClusterKey = (t.attribute, tag(t.operand), t.operand)
+        ops = list(map(_OP, tests))  # scanned in C: most tests are no equality
+        for op in _ACCESS_OPS:
+            i = -1
+            for _ in range(ops.count(op)):
+                i = ops.index(op, i + 1)
+                attribute, _, operand = tests[i]
+                assert operand is not None
+                key: ClusterKey = (attribute, tag(operand), operand)
                 cluster = self.clusters.get(key)
-                score = (cluster.live if cluster else 0, -self._keyed_values[t.attribute], -i)
+                size = (cluster.live if cluster else 0) + len(staged.get(key, ()))
+                score = (size, -self._keyed_values[attribute], -i)
                 if best is None or score < best[0]:
                     best = (score, i, key)
         if best is None:
@@ -52,18 +61,30 @@ class AlphaNetwork:
         self, target: Any, tests: tuple[Test, ...], binds: frozenset[str], is_part: bool
     ) -> Entry:
         """File a condition; ``binds`` names attributes it binds variables to (they must exist)."""
-        key, rest = self._access(tests)
-        required = binds | {t.attribute for t in rest if t.op not in RANGE_OPS} or _NOTHING
-        cluster = self.clusters.get(key)
-        if cluster is None:
-            cluster = self.clusters[key] = Cluster(key, small=self.small_cluster)
-            if key is not None:
-                self._keyed_values[key[0]] += 1
-        # The cluster's own key: one tuple for all its entries, not one per condition.
-        entry = Entry(target, is_part, frozenset(required), cluster.key)
-        cluster.insert(entry, rest)
-        self._entries += 1
-        return entry
+        return self.add_many([(target, tests, binds, is_part)])[0]
+
+    def add_many(
+        self, conditions: Sequence[tuple[Any, tuple[Test, ...], frozenset[str], bool]]
+    ) -> list[Entry]:
+        """``add`` each of ``conditions`` (target, tests, binds, is_part) in turn, into the same
+        clusters, each cluster taking its share at once."""
+        staged: dict[ClusterKey, list[int]] = {}
+        filings: list[Filing] = []
+        for i, (target, tests, binds, is_part) in enumerate(conditions):
+            key, rest = self._access(tests, staged)
+            if key not in self.clusters:
+                self.clusters[key] = Cluster(key, small=self.small_cluster)
+                if key is not None:
+                    self._keyed_values[key[0]] += 1
+            staged.setdefault(key, []).append(i)
+            filings.append((target, is_part, binds, rest))
+        entries: list[Entry] = [None] * len(filings)  # type: ignore[list-item]  # all set below
+        for key, which in staged.items():
+            filed = self.clusters[key].insert([filings[i] for i in which])
+            for i, entry in zip(which, filed, strict=True):
+                entries[i] = entry
+        self._entries += len(entries)
+        return entries
 
     def remove(self, entry: Entry) -> None:
         key = entry.key

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Words", "pairs", "positions", "to_words", "words_for"]
+__all__ = ["Words", "from_positions", "pairs", "positions", "to_words", "words_for"]
 
 Words = npt.NDArray[np.uint64]
 WORD_DTYPE = np.dtype("<u8")
@@ -22,6 +22,15 @@ def words_for(bits: int) -> int:
 def to_words(bits: int, nwords: int) -> Words:
     """A Python int bitset as ``nwords`` words."""
     return np.frombuffer(bits.to_bytes(nwords * 8, "little"), dtype=WORD_DTYPE)
+
+
+def from_positions(numbers: list[int]) -> int:
+    """A Python int bitset of ``numbers`` (one big int built once, not one per number)."""
+    if len(numbers) == 1:
+        return 1 << numbers[0]
+    mask = np.zeros(max(numbers) + 1, dtype=bool)
+    mask[numbers] = True
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
 
 def positions(words: Words) -> npt.NDArray[np.int64]:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-from rete.bitset import WORD_DTYPE, Words, pairs, positions, to_words, words_for
+from rete.bitset import WORD_DTYPE, Words, from_positions, pairs, positions, to_words, words_for
 from rete.conditions import Test
-from rete.keyed import KEYED_OPS, KeyedIndex
-from rete.numeric import NumericIndex, intervals
+from rete.keyed import KEYED_OPS, KeyedIndex, tag
+from rete.numeric import NumericIndex, capacity_for, grown, intervals
 from rete.operators import Op, Value, evaluate
 
-__all__ = ["Cluster", "Entry"]
+__all__ = ["Cluster", "Entry", "Filing"]
 
 
 @dataclass(eq=False, slots=True)
@@ -36,9 +36,9 @@ class Entry:
     is_part: bool
     required: frozenset[str]
     """Attributes that must be present beyond those of range tests (isPresent, bindings...)."""
-    key: Any = None
-    """The access key of the cluster holding the entry."""
-    slot: int = -1
+    key: Any
+    """The access key of the cluster holding the entry (one tuple for all its entries)."""
+    slot: int
     keyed: tuple[tuple[str, str, Value], ...] = ()
     residual: tuple[Test, ...] = ()
     recheck: tuple[Test, ...] = ()
@@ -47,10 +47,19 @@ class Entry:
     """All the tests, kept only while the cluster is small enough to evaluate them directly."""
 
 
+Filing: TypeAlias = tuple[Any, bool, frozenset[str], tuple[Test, ...]]
+"""A condition on its way into a cluster: what it reports, whether a composite part, the
+attributes it binds variables to, and its tests less the access test."""
+
+
 SMALL: Final = 16
 """Default size up to which a cluster evaluates its conditions directly."""
 FEW: Final = 3
 """Fewer facts than this visiting a cluster are matched one by one (cheaper below it)."""
+BULK: Final = 32
+"""From this many conditions inserted together on, their intervals are set vectorized..."""
+CHUNK: Final = 2048
+"""... this many at a time."""
 BATCH_WORDS: Final = 1 << 20
 """Facts matched together in a cluster hold at most this many bitset words (8 MiB)."""
 
@@ -78,65 +87,96 @@ class Cluster:
 
     # -- changes -----------------------------------------------------------------------------
 
-    def _grow(self) -> None:
-        self.capacity *= 2
-        self.targets = np.concatenate([self.targets, np.empty(self.capacity // 2, dtype=object)])
-        self.is_part = np.concatenate([self.is_part, np.zeros(self.capacity // 2, dtype=bool)])
-        extra = words_for(self.capacity) - self.active.size
-        self.active = np.concatenate([self.active, np.zeros(extra, dtype=WORD_DTYPE)])
-        self.numeric.grow(self.capacity)
+    def _grow(self, slots: int) -> None:
+        """Make room for ``slots`` slots in one step (capacities as ``grown`` steps them)."""
+        capacity = self.capacity
+        while capacity < slots:
+            capacity = grown(capacity)
+        extra = capacity - self.capacity
+        if not extra:
+            return
+        self.capacity = capacity
+        self.targets = np.concatenate([self.targets, np.empty(extra, dtype=object)])
+        self.is_part = np.concatenate([self.is_part, np.zeros(extra, dtype=bool)])
+        words = words_for(capacity) - self.active.size
+        self.active = np.concatenate([self.active, np.zeros(words, dtype=WORD_DTYPE)])
+        self.numeric.grow(capacity)
 
-    def insert(self, entry: Entry, tests: tuple[Test, ...]) -> None:
-        """File ``tests`` (the condition less its access test) under a new slot."""
-        if self.used == self.capacity:
-            self._grow()
-        slot = entry.slot = self.used
-        self.used += 1
-        if self.live < self.small and self.tested == self.live:
-            entry.tests = tests
-        exact, recheck, others = intervals(tests)
-        if exact:
-            self.numeric.set_intervals(slot, exact)
-        keyed: list[tuple[str, str, Value]] = []
-        residual: list[Test] = []
-        for test in others:
-            if test.op is Op.IS_PRESENT:
-                continue
-            kind = KEYED_OPS.get(test.op)
-            if kind is not None and all(k != kind or a != test.attribute for k, a, _ in keyed):
-                keyed.append((kind, test.attribute, test.operand))  # type: ignore[arg-type]
-            elif test not in residual:
-                residual.append(test)
-        if keyed:
-            entry.keyed = tuple(keyed)
-        if residual:
-            entry.residual = tuple(residual)
-        if recheck:
-            entry.recheck = tuple(recheck)
-        self._place(entry)
+    def insert(self, filings: Sequence[Filing]) -> list[Entry]:
+        """File conditions under new slots, in order, and give their entries: one growth, and
+        many conditions' intervals set together."""
+        start = self.used
+        self._grow(start + len(filings))
+        conditions = [tests for _, _, _, tests in filings]
+        split: list[tuple[Sequence[Test], Sequence[Test]]] = []
+        for first in range(0, len(conditions), CHUNK):  # temporaries stay small
+            chunk = conditions[first : first + CHUNK]
+            done = self.numeric.set_many(start + first, chunk) if len(chunk) >= BULK else None
+            if done is None:
+                done = []
+                for slot, tests in enumerate(chunk, start + first):
+                    exact, blurred, other = intervals(tests)
+                    if exact:
+                        self.numeric.set_intervals(slot, exact)
+                    done.append((blurred, other))
+            split += done
+        keep = self.small - self.live if self.tested == self.live else 0
+        entries = []
+        for slot, (target, is_part, binds, tests), (recheck, others) in zip(
+            range(start, start + len(filings)), filings, split, strict=True
+        ):
+            required = binds.union(t.attribute for t in others) if others else binds
+            entry = Entry(target, is_part, required, self.key, slot)
+            if slot - start < keep:
+                entry.tests = tests
+            if others:
+                _sort(entry, others)
+            if recheck:
+                entry.recheck = tuple(recheck)
+            entries.append(entry)
+        self.used += len(entries)
+        self._place(entries)
+        return entries
 
-    def _place(self, entry: Entry) -> None:
-        """Register an entry's bits under its slot (on insert, and again after compaction)."""
-        slot = entry.slot
-        bit = 1 << slot
-        for kind, attribute, operand in entry.keyed:
-            self.keyed.setdefault(attribute, KeyedIndex()).add(kind, operand, slot)
-        for test in entry.residual:
-            self.residual[test] = self.residual.get(test, 0) | bit
-        for attribute in entry.required:
-            self.present[attribute] = self.present.get(attribute, 0) | bit
-        if entry.recheck:
-            self.blurred.add(slot)
-        self.targets[slot] = entry.target
-        self.is_part[slot] = entry.is_part
-        self.parts += entry.is_part
-        self.tested += entry.tests is not None
-        self.active[slot >> 6] |= np.uint64(1 << (slot & 63))
-        if slot == len(self.entries):
-            self.entries.append(entry)
+    def _place(self, entries: list[Entry]) -> None:
+        """Register the bits of entries in consecutive slots, from the first one's (on insert,
+        and again after compaction)."""
+        start = entries[0].slot
+        stop = start + len(entries)
+        keyed: dict[tuple[str, str, str, Value], list[int]] = {}
+        residual: dict[Test, list[int]] = {}
+        present: dict[str, list[int]] = {}
+        targets, is_part = self.targets, self.is_part
+        for slot, entry in enumerate(entries, start):
+            for kind, attribute, operand in entry.keyed:  # (tagged: True and 1 are one key)
+                keyed.setdefault((attribute, kind, tag(operand), operand), []).append(slot)
+            for test in entry.residual:
+                residual.setdefault(test, []).append(slot)
+            for attribute in entry.required:
+                present.setdefault(attribute, []).append(slot)
+            if entry.recheck:
+                self.blurred.add(slot)
+            targets[slot] = entry.target
+            if entry.is_part:
+                is_part[slot] = True
+                self.parts += 1
+            self.tested += entry.tests is not None
+        # Bits of many slots joined before they meet the cluster's, which are as long as the
+        # cluster: one long OR for each, not one per slot.
+        for (attribute, kind, _, operand), slots in keyed.items():
+            self.keyed.setdefault(attribute, KeyedIndex()).add(kind, operand, _bits(slots))
+        for test, slots in residual.items():
+            self.residual[test] = self.residual.get(test, 0) | _bits(slots)
+        for attribute, slots in present.items():
+            self.present[attribute] = self.present.get(attribute, 0) | _bits(slots)
+        first, last = start >> 6, (stop - 1) >> 6
+        span = ((1 << (stop - start)) - 1) << (start & 63)
+        if first == last:
+            self.active[first] |= np.uint64(span)
         else:
-            self.entries[slot] = entry
-        self.live += 1
+            self.active[first : last + 1] |= to_words(span, last + 1 - first)
+        self.entries[start:stop] = entries
+        self.live += len(entries)
 
     def delete(self, entry: Entry) -> None:
         slot = entry.slot
@@ -167,14 +207,16 @@ class Cluster:
     def compacted(self) -> Cluster:
         """A copy holding only the live slots, renumbered from 0."""
         live = positions(self.active)
-        fresh = Cluster(self.key, max(64, 1 << int(live.size).bit_length()), self.small)
+        fresh = Cluster(self.key, capacity_for(int(live.size) + 1), self.small)
         fresh.numeric.copy_rows(self.numeric, live, self.used)
         fresh.used = int(live.size)
+        entries = []
         for slot, old in enumerate(live.tolist()):
             entry = self.entries[old]
             assert entry is not None
             entry.slot = slot
-            fresh._place(entry)
+            entries.append(entry)
+        fresh._place(entries)
         return fresh
 
     # -- matching ----------------------------------------------------------------------------
@@ -333,6 +375,30 @@ class Cluster:
             assert entry is not None
             return all(t.passes(attributes) for t in entry.recheck)
         return True
+
+
+def _sort(entry: Entry, others: Sequence[Test]) -> None:
+    """File an entry's tests other than ranges: keyed (one of a kind per attribute), residual
+    (each once), or neither (isPresent: its attribute is required)."""
+    keyed: list[tuple[str, str, Value]] = []
+    residual: list[Test] = []
+    for test in others:
+        if test.op is Op.IS_PRESENT:
+            continue
+        kind = KEYED_OPS.get(test.op)
+        if kind is not None and all(k != kind or a != test.attribute for k, a, _ in keyed):
+            keyed.append((kind, test.attribute, test.operand))  # type: ignore[arg-type]
+        elif test not in residual:
+            residual.append(test)
+    if keyed:
+        entry.keyed = tuple(keyed)
+    if residual:
+        entry.residual = tuple(residual)
+
+
+def _bits(slots: list[int]) -> int:
+    """A bitset of ``slots`` (increasing), built on the span they cover."""
+    return from_positions([slot - slots[0] for slot in slots]) << slots[0]
 
 
 def _clear(bitsets: dict[Any, int], key: Any, bit: int) -> None:

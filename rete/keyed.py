@@ -78,12 +78,13 @@ class KeyedIndex:
             return ((tag(operand), operand),)
         return (operand,)
 
-    def add(self, kind: str, operand: Value, slot: int) -> None:
+    def add(self, kind: str, operand: Value, bits: int) -> None:
+        """File a test under the slots of ``bits``."""
         family = self.families.setdefault(kind, _Family())
         for key in self._keys(kind, operand):
-            family.add(key, 1 << slot)
+            family.add(key, bits)
         if kind in ("prefix", "postfix"):
-            family.lengths[len(operand)] += 1  # type: ignore[arg-type]
+            family.lengths[len(operand)] += bits.bit_count()  # type: ignore[arg-type]
 
     def discard(self, kind: str, operand: Value, slot: int) -> None:
         family = self.families[kind]

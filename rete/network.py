@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,7 +38,7 @@ class Result:
 
 
 def _split(conjunction: Conjunction) -> tuple[tuple[Test, ...], frozenset[str]]:
-    if all(type(t) is Test for t in conjunction):
+    if Bind not in map(type, conjunction):
         return conjunction, _NO_BINDS  # type: ignore[return-value]
     tests = tuple(t for t in conjunction if type(t) is Test)
     binds = frozenset(b.attribute for b in conjunction if isinstance(b, Bind))
@@ -46,6 +46,15 @@ def _split(conjunction: Conjunction) -> tuple[tuple[Test, ...], frozenset[str]]:
 
 
 _NO_BINDS: frozenset[str] = frozenset()
+
+
+def _atomic(conjunction: Conjunction) -> tuple[Test, ...]:
+    """The tests of an atomic condition (``ValueError`` if it binds variables)."""
+    tests, binds = _split(conjunction)
+    if binds:
+        raise ValueError("variables belong only in composite conditions")
+    return tests
+
 
 _Signature = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
 
@@ -118,10 +127,24 @@ class Network:
             for memory in node.memories:
                 memory.count_from(self._seq)
         else:
-            tests, binds = _split(condition)
-            if binds:
-                raise ValueError("variables belong only in composite conditions")
-            self._atomic[cid] = self._alpha.add(cid, tests, binds, is_part=False)
+            tests = _atomic(condition)
+            self._atomic[cid] = self._alpha.add(cid, tests, _NO_BINDS, is_part=False)
+
+    def add_many(self, conditions: Iterable[tuple[Hashable, Conjunction]]) -> None:
+        """``add`` each of ``conditions`` (id and conjunction) in turn, for a frame of
+        subscriptions or a load: each cluster they go to grows once and takes its share at once.
+        Nothing is added if an id is taken or given twice (``DuplicateCondition``) or a
+        conjunction binds a variable (``ValueError``)."""
+        ids: set[Hashable] = set()
+        filed = []
+        for cid, condition in conditions:
+            if cid in self or cid in ids:
+                raise DuplicateCondition(cid)
+            ids.add(cid)
+            filed.append((cid, _atomic(condition), _NO_BINDS, False))
+        self._prefetched = {}
+        entries = self._alpha.add_many(filed)
+        self._atomic.update(zip((cid for cid, *_ in filed), entries, strict=True))
 
     def _join_node(self, composite: Composite) -> CompositeNode:
         """The join node for a new composite: an identical one's, if sharing is allowed."""
