@@ -2,8 +2,9 @@
 
 Every figure comes from one run: the engine's time per publication (median and p99), the
 naive scan's on a sample of the same publications, their ratio, and a check that both found
-the same matches on that sample. Build, insert and remove rates and memory come from the
-engine's own network (resident set growth per condition). After loading, the garbage
+the same matches on that sample. Build, insert (one by one, and for the atomic workloads in one
+``Network.add_many`` batch) and remove rates and memory come from the engine's own network
+(resident set growth per condition). After loading, the garbage
 collector is settled as a broker settles it (``padres.runtime.collector.freeze``: what exists is
 frozen, young objects are collected less often).
 """
@@ -118,16 +119,23 @@ def _build(
 def _churn(
     network: Network,
     extra: Sequence[tuple[Hashable, Conjunction | Composite]],
-    victims: list[Hashable],
+    victims: Sequence[Hashable],
+    batch: Sequence[tuple[Hashable, Conjunction]] = (),
 ) -> dict[str, float]:
-    """Insert ``extra`` then remove ``victims``, the network resident: batch rates per second,
-    the median time of one operation, and the longest (a capacity doubling shows there)."""
+    """Insert ``extra`` one by one, then ``batch`` in one call (``Network.add_many``, as a frame
+    of subscriptions may be filed), then remove ``victims``, the network resident: rates per
+    second, the median time of one operation, and the longest (a growth shows there)."""
     inserts = _durations([partial(network.add, cid, condition) for cid, condition in extra])
+    batched: dict[str, float] = {}
+    if batch:
+        (took,) = _durations([partial(network.add_many, batch)])
+        batched = {"batch_insert_per_s": len(batch) / took, "batch_size": len(batch)}
     removes = _durations([partial(network.remove, cid) for cid in victims])
     return {
         "insert_per_s": len(inserts) / sum(inserts),
         "insert_median_us": statistics.median(inserts) * 1e6,
         "insert_max_ms": max(inserts) * 1000,
+        **batched,
         "remove_per_s": len(removes) / sum(removes),
         "remove_median_us": statistics.median(removes) * 1e6,
         "remove_max_ms": max(removes) * 1000,
@@ -156,16 +164,20 @@ def run_stock(
         sorted(a.subscriptions) == sorted(b.subscriptions)
         for a, b in zip(results, expected, strict=True)
     )
-    extra = [
-        (f"x{s.id}", to_conjunction(s.filter))
-        for s in stock_subscriptions(min(subs, 20_000), quotes, seed + 1)
-    ]
+    extra, batch = (
+        [
+            (f"{prefix}{s.id}", to_conjunction(s.filter))
+            for s in stock_subscriptions(min(subs, 20_000), quotes, seed + offset)
+        ]
+        for prefix, offset in (("x", 1), ("y", 2))
+    )
     batch_s = _batched(built.network, sample)
     checked = checked and all(
         tuple(r.conditions) == matcher.match(p).subscriptions
         for p, r in zip(sample, _batches(built.network, sample), strict=True)
     )
-    churn = _churn(built.network, extra, [cid for cid, _ in conditions[: len(extra)]])
+    victims = [cid for cid, _ in conditions[: len(extra)]]
+    churn = _churn(built.network, extra, victims, batch)
     matches = statistics.mean(len(matcher.match(p).subscriptions) for p in sample[:200])
     figures = _figures("stock", subs, times, naive_times, checked, matches, built)
     batched = {"batched_ms": batch_s * 1000 / len(sample), "mean_ms": statistics.mean(times)}
@@ -191,9 +203,11 @@ def run_dense(subs: int, pubs: int, naive_pubs: int, seed: int, naive_subs: int)
     naive_times = [t * subs / len(subset) for t in _per_pub_ms(naive, events[:naive_pubs])]
     checked = _dense_check(conditions, network, events[:naive_pubs])
     matches = statistics.mean(len(network.match(e).conditions) for e in events[:200])
-    extra = [(subs + i, dense_condition(rng)) for i in range(min(subs, 50_000))]
+    more = min(subs, 50_000)
+    extra = [(subs + i, dense_condition(rng)) for i in range(more)]
+    batch = [(subs + more + i, dense_condition(rng)) for i in range(more)]
     del conditions
-    churn = _churn(network, extra, list(range(len(extra))))
+    churn = _churn(network, extra, list(range(len(extra))), batch)
     return (
         _figures("dense", subs, times, naive_times, checked, matches, built)
         | churn
@@ -503,6 +517,14 @@ def report(r: dict[str, Any]) -> str:
         f"  insert / remove     {r['insert_per_s']:>10,.0f} / {r['remove_per_s']:,.0f} per second"
         f" (one takes {r['insert_median_us']:.0f} / {r['remove_median_us']:.0f} us,"
         f" longest {r['insert_max_ms']:.0f} / {r['remove_max_ms']:.0f} ms)",
+        *(
+            [
+                f"  batch insert        {r['batch_insert_per_s']:>10,.0f} per second"
+                f" ({r['batch_size']:,} in one Network.add_many)"
+            ]
+            if "batch_insert_per_s" in r
+            else []
+        ),
     ]
     if "naive_scaled_from" in r:
         lines.append(f"  (naive timed on {r['naive_scaled_from']:,} subscriptions and scaled)")
