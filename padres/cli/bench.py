@@ -125,6 +125,16 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     data_and_json(n)
     n.set_defaults(run=run_network)
+    h = benches.add_parser("hop", help="one broker core of the chain: CPU per publication")
+    h.add_argument("--subs", type=int, default=10_000)
+    h.add_argument("--pubs", type=int, default=20_000, help="publications a repetition")
+    h.add_argument("--repeat", type=int, default=7, help="repetitions (best and median shown)")
+    h.add_argument("--broker", choices=("B1", "B2"), default="B2", help="the core measured")
+    h.add_argument(
+        "--plain", action="store_true", help="one subscription per filter instead of groups"
+    )
+    data_and_json(h)
+    h.set_defaults(run=run_hop)
     g = benches.add_parser(
         "guaranteed", help="3-broker chain: guaranteed against plain delivery, recovery time"
     )
@@ -244,6 +254,14 @@ def run_overlay(args: argparse.Namespace) -> int:
     result = overlay.run(merging=merging, **runs)
     show(args, result, overlay.report)
     return 1 if result["violations"] else 0
+
+
+def run_hop(args: argparse.Namespace) -> int:
+    from padres.bench import hop
+
+    result = hop.run(args.subs, args.pubs, args.repeat, args.broker, args.plain, args.data)
+    show(args, result, hop.report)
+    return 0
 
 
 def run_network(args: argparse.Namespace) -> int:
