@@ -14,9 +14,7 @@ publication against those only.
 
 from __future__ import annotations
 
-from itertools import islice
-
-from padres.matching.relations import EqKey, covers, eq_key, eq_subkeys
+from padres.matching.relations import EqKey, covering, eq_key
 from padres.model.messages import Filter
 
 __all__ = ["Groups"]
@@ -86,22 +84,6 @@ class Groups:
         return True
 
     def _coverer(self, group: str, flt: Filter) -> str | None:
-        """A matched member of ``group`` covering ``flt``, if one is found: one with the same
-        filter, else among ``scan`` filed under a subset of its equality key."""
-        by_key = self._matched.get(group)
-        if not by_key:
-            return None
-        key = eq_key(flt)
-        same = by_key.get(key, {}).get(flt)
-        if same:
-            return min(same)
-        others = (
-            (other, members)
-            for sub_key in eq_subkeys(key)
-            for other, members in by_key.get(sub_key, {}).items()
-            if other != flt
-        )
-        for other, members in islice(others, self._scan):
-            if covers(other, flt):
-                return min(members)
-        return None
+        """A matched member of ``group`` covering ``flt``, if one is found among ``scan``."""
+        members = covering(self._matched.get(group, {}), flt, self._scan)
+        return None if members is None else min(members)

@@ -46,7 +46,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 from padres.broker.groups import Groups
 from padres.broker.merging import Mergers, Merging, Slot
 from padres.broker.trees import Trees
-from padres.matching.relations import EqKey, covers, eq_key, eq_subkeys, overlaps
+from padres.matching.relations import EqKey, covering, covers, eq_key, overlaps
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.messages import Filter, Publication, Subscription
 from padres.model.protocol import MAX_PRIORITY, Envelope, RouteSubscribe
@@ -611,29 +611,9 @@ class Routes:
             self._unhide(route, slot)
 
     def _coverer(self, route: Route, slot: Slot) -> Route | None:
-        """A subscription forwarded to ``slot`` that covers ``route``'s, if one is found.
-
-        A covering filter's equality predicates are among the covered one's, so only the
-        filters filed under a subset of its equality key can cover it.
-        """
-        mine = route.sub.filter
-        by_key = self._sent_at.get(slot)
-        if not by_key:
-            return None
-        key = eq_key(mine)
-        same = by_key.get(key, {}).get(mine)
-        if same:
-            return self._routes[next(iter(same))]
-        others = (
-            (flt, sids)
-            for sub_key in eq_subkeys(key)
-            for flt, sids in by_key.get(sub_key, {}).items()
-            if flt != mine
-        )
-        for flt, sids in islice(others, COVER_SCAN):
-            if covers(flt, mine):
-                return self._routes[next(iter(sids))]
-        return None
+        """A subscription forwarded to ``slot`` that covers ``route``'s, if one is found."""
+        sids = covering(self._sent_at.get(slot, {}), route.sub.filter, COVER_SCAN)
+        return None if sids is None else self._routes[next(iter(sids))]
 
     def _covered_by(self, route: Route, slot: Slot) -> list[Route]:
         """Subscriptions forwarded to ``slot`` that ``route`` covers (among a bounded few)."""

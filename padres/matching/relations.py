@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import combinations
-from typing import Final, TypeAlias
+from itertools import combinations, islice
+from typing import Final, TypeAlias, TypeVar
 
 from padres.model.messages import Filter, Predicate
 from rete.operators import NUMERIC, STRING, Op, evaluate
 
-__all__ = ["EqKey", "covers", "eq_key", "eq_subkeys", "overlaps", "satisfiable"]
+__all__ = [
+    "EqKey",
+    "covering",
+    "covers",
+    "eq_key",
+    "eq_subkeys",
+    "overlaps",
+    "satisfiable",
+]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -319,3 +329,24 @@ def eq_subkeys(key: EqKey) -> Iterator[EqKey]:
     for size in range(len(rest), -1, -1):
         for chosen in combinations(rest, size):
             yield cls | frozenset(chosen)
+
+
+def covering(by_key: Mapping[EqKey, Mapping[Filter, T]], flt: Filter, scan: int) -> T | None:
+    """What ``by_key`` (filters by their equality keys) files under a filter covering ``flt``:
+    under ``flt`` itself first, else under the first that covers it of at most ``scan`` filters
+    filed under a subset of its key (a covering filter's equality predicates are among the
+    covered one's, so no other can cover it)."""
+    key = eq_key(flt)
+    same = by_key.get(key, {}).get(flt)
+    if same:
+        return same
+    others = (
+        (other, entry)
+        for sub_key in eq_subkeys(key)
+        for other, entry in by_key.get(sub_key, {}).items()
+        if other != flt
+    )
+    for other, entry in islice(others, scan):
+        if covers(other, flt):
+            return entry
+    return None
