@@ -211,7 +211,7 @@ def test_a_group_is_named_once_as_long_as_one_member_matches_across_a_cycle(seed
         batch += 1
     sim.detach(reader)  # what is left of the client goes with it
     sim.run()
-    assert sim.tables_empty() or all(not b.routes._in_group for b in sim.brokers.values())
+    assert sim.tables_empty() or all(not b.routes._members.group_of for b in sim.brokers.values())
 
 
 @pytest.mark.parametrize("seed", [1, 2])

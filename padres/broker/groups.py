@@ -29,24 +29,26 @@ class Groups:
         self._scan = scan
         self._matched: dict[str, dict[EqKey, dict[Filter, set[str]]]] = {}
         """Per group, its matched members by equality key and filter."""
-        self._members: dict[str, tuple[str, Filter]] = {}
-        """Every member: its group and filter."""
+        self.group_of: dict[str, str] = {}
+        """Every member's group."""
+        self._filters: dict[str, Filter] = {}
         self._hidden_by: dict[str, str] = {}
         self._hides: dict[str, set[str]] = {}
 
     def __len__(self) -> int:
-        return len(self._members)
+        return len(self.group_of)
 
     def add(self, group: str, member: str, flt: Filter) -> bool:
         """A new member of ``group``: whether it is to be matched (False: a matched member of
         the group covers it, and it is hidden under that one)."""
-        self._members[member] = (group, flt)
+        self.group_of[member] = group
+        self._filters[member] = flt
         return self._place(group, member, flt)
 
     def remove(self, member: str) -> list[tuple[str, Filter]]:
         """Forget ``member``: the members to be matched from now on in its place (those hidden
         under it that no other matched member covers)."""
-        group, flt = self._members.pop(member)
+        group, flt = self.group_of.pop(member), self._filters.pop(member)
         coverer = self._hidden_by.pop(member, None)
         if coverer is not None:
             hidden = self._hides[coverer]
@@ -67,7 +69,7 @@ class Groups:
         shown: list[tuple[str, Filter]] = []
         for hidden_member in sorted(self._hides.pop(member, ())):
             del self._hidden_by[hidden_member]
-            _, hidden_filter = self._members[hidden_member]
+            hidden_filter = self._filters[hidden_member]
             if self._place(group, hidden_member, hidden_filter):
                 shown.append((hidden_member, hidden_filter))
         return shown

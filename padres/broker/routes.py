@@ -166,15 +166,13 @@ class Routes:
         those clients' ids are sorted)."""
         """Per client hop, the ``Route.order`` of its subscriptions by the ids it knows them
         by: a client's ids in one notify are sorted by it."""
-        self._in_group: dict[str, str] = {}
-        """The ids of the ``grouped`` routes made here, each to its group's key in
-        ``_groups``: a publication matching several members goes to the group once, the
-        members' own routes never looked at (``match``)."""
         self._groups: dict[str, tuple[Route, int]] = {}
         """Per group (its owner and id), a route standing for all its members in ``match``,
         and how many members it has."""
         self._members = Groups(COVER_SCAN)
-        """Which members of the groups are matched (``padres.broker.groups``)."""
+        """The ``grouped`` routes made here: each one's group (its key in ``_groups``: a
+        publication matching several members goes to the group once, the members' own routes
+        never looked at in ``match``), and which are matched (``padres.broker.groups``)."""
         self._unmatched: set[str] = set()
         """The ids of the members the routing network does not hold (hidden in their group)."""
         self._on_tree: dict[str, set[str]] = {}
@@ -225,7 +223,8 @@ class Routes:
             if group is None:
                 group = Route(sub, Sink.CLIENT, owner, notify_as)
             self._groups[key] = (group, members + 1)
-            self._in_group[sub.id] = key
+            if not self._members.add(key, sub.id, sub.filter):
+                self._unmatched.add(sub.id)  # another member of its group covers it
         return self._add_local(route, priority, local)
 
     def add_own(
@@ -314,7 +313,7 @@ class Routes:
         leaves): none of them is placed again when another that hid it is withdrawn."""
         routes = [self._routes[sid] for sid in subscription_ids]
         for route in routes:
-            key = self._in_group.pop(route.id, None)
+            key = self._members.group_of.get(route.id)
             if key is not None:
                 group, members = self._groups[key]
                 if members > 1:
@@ -443,8 +442,8 @@ class Routes:
         client, durable, history = Sink.CLIENT, Sink.DURABLE, Sink.HISTORY  # as locals: faster
         skipped = self._scoped if self._scoped and source in self.brokers else None
         conditions: Iterable[str] = result.conditions
-        if self._in_group:  # each group once, in place of its members
-            in_group = self._in_group
+        in_group = self._members.group_of
+        if in_group:  # each group once, in place of its members
             conditions = dict.fromkeys([in_group.get(sid, sid) for sid in conditions])
         groups = self._groups
         for sid in conditions:
@@ -488,11 +487,8 @@ class Routes:
 
     def _insert(self, route: Route) -> None:
         self._routes[route.id] = route
-        group = self._in_group.get(route.id)
-        if group is not None and not self._members.add(group, route.id, route.sub.filter):
-            self._unmatched.add(route.id)  # another member of its group covers it
-            return
-        self.network.add(route.id, to_conjunction(route.sub.filter))
+        if route.id not in self._unmatched:
+            self.network.add(route.id, to_conjunction(route.sub.filter))
 
     def _watch(self, route: Route, trees: Iterable[str]) -> None:
         for t in trees:
