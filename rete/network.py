@@ -297,6 +297,11 @@ class Network:
         return out
 
     @property
+    def composites(self) -> int:
+        """How many composite conditions (temporal ones included) the network holds."""
+        return len(self._composite) + len(self._temporal)
+
+    @property
     def late(self) -> int:
         """Facts temporal composites dropped: they came later than their lateness allows."""
         return self._late + sum(node.late for node in self._temporal.values())

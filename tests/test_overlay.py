@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from padres.bench import overlay
+from padres.bench.workloads import stock_publications
 from padres.broker import Broker, Covering
 from padres.broker import publishing as publishing_module
 from padres.broker import routes as routes_module
@@ -382,3 +383,89 @@ def test_a_lost_neighbour_with_nested_subscriptions_is_forgotten_in_linear_work(
     sim.run()
     assert calls[0] <= 2 * n
     assert len(sim.brokers["B"].routes) == 0 and len(sim.brokers["A"].routes) == 0
+
+
+def _chain(covering: Covering = Covering.LAZY) -> Simulation:
+    sim = Simulation(1, covering=covering)
+    for b in ("B1", "B2", "B3"):
+        sim.add_broker(b)
+    sim.link("B1", "B2")
+    sim.link("B2", "B3")
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("covering", [Covering.LAZY, Covering.ACTIVE])
+def test_a_route_hidden_behind_a_neighbours_match_is_still_matched_where_it_is_hidden(
+    covering: Covering,
+) -> None:
+    """B3's narrow subscription is hidden at B2 behind B2's wide one: B1 knows only the wide
+    one, so B2, told what B1 matched, must try the narrow one itself (and tell B3)."""
+    sim = _chain(covering)
+    pub, wide, narrow = sim.attach("pub", "B1"), sim.attach("wide", "B2"), sim.attach("n", "B3")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    sim.send(wide, parse_subscription("[class,eq,'T'],[v,>,0]", id="wide"))
+    sim.run()
+    sim.send(narrow, parse_subscription("[class,eq,'T'],[v,>,5]", id="narrow"))
+    sim.run()
+    b2 = sim.brokers["B2"].routes
+    assert b2.forwarded() == 1  # only the wide one reaches B1
+    for i, v in enumerate([9, 3, 7]):
+        sim.send(pub, _pub(f"[class,'T'],[v,{v}]", f"p{i}"))
+    sim.run()
+    assert _received(wide) == [("p0", ("wide",)), ("p1", ("wide",)), ("p2", ("wide",))]
+    assert _received(narrow) == [("p0", ("narrow",)), ("p2", ("narrow",))]
+    assert b2.trusted == 3 and sim.brokers["B3"].routes.trusted == 2  # nobody matched again
+
+
+def test_a_hidden_route_placed_again_is_matched_where_it_was_made_until_taken_in() -> None:
+    """The wide subscription leaves B3 while a publication travels: B3 forwards the narrow
+    one to B2 first, and until B2 has taken it in (its echo is back), B3 does not take B2's
+    word for what the publication matches there: the narrow one still gets it."""
+    sim = _chain()
+    pub, sub = sim.attach("pub", "B1"), sim.attach("sub", "B3")
+    sim.send(pub, parse_advertisement("[class,eq,'T'],[v,isPresent,0]", id="a"))
+    sim.run()
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>,0]", id="wide"))
+    sim.send(sub, parse_subscription("[class,eq,'T'],[v,>,5]", id="narrow"))
+    sim.run()
+    for i in range(3):
+        sim.send(pub, _pub(f"[class,'T'],[v,{9 + i}]", f"before{i}"))
+    sim.send(sub, Unsubscribe("wide"))
+    for i in range(3):
+        sim.send(pub, _pub(f"[class,'T'],[v,{9 + i}]", f"after{i}"))
+    sim.run()
+    got = {p for p, _ in _received(sub)}
+    assert got == {f"before{i}" for i in range(3)} | {f"after{i}" for i in range(3)}
+
+
+@pytest.mark.parametrize(
+    ("covering", "seed", "brokers", "clients", "extra_links"),
+    [
+        (Covering.LAZY, 7, 12, 100, 0.0),
+        (Covering.ACTIVE, 4, 12, 60, 0.5),
+        (Covering.LAZY, 8, 20, 120, 0.5),
+    ],
+)
+def test_brokers_that_route_by_their_neighbours_match_deliver_what_the_oracle_says(
+    covering: Covering, seed: int, brokers: int, clients: int, extra_links: float
+) -> None:
+    """The stock workload (no composite subscriptions): most publications are routed below
+    their first broker by what the broker above matched, and every delivery is as the oracle
+    says (trees and cyclic overlays, subscriptions coming and going while publications
+    travel)."""
+    quotes = stock_publications(None)[:5000]
+    result = overlay.run(
+        brokers,
+        clients,
+        rounds=3,
+        operations=300,
+        seed=seed,
+        covering=covering,
+        extra_links=extra_links,
+        quotes=quotes,
+    )
+    assert result["violations"] == []
+    assert result["checked"] > 500
+    assert result["trusted"] > result["publications_routed"] / 5

@@ -525,6 +525,7 @@ def run(
         "published": driver.published,
         "publications_routed": sim.publications_routed,
         "unwanted": sum(b.routes.unwanted for b in sim.brokers.values()),
+        "trusted": sum(b.routes.trusted for b in sim.brokers.values()),
         "deliveries": o.deliveries,
         "checked": o.checked,
         "composite_matches": o.composite_matches,

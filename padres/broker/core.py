@@ -250,6 +250,7 @@ class Broker:
             self.conformity,
             self.votes,
             self.paths,
+            self.echoes,
         )
         # Transactions and advertising call on each other: withdrawing an advertisement aborts
         # the transactions it strands, and the end of a client's last transaction withdraws
@@ -461,13 +462,16 @@ class Broker:
             return [(hop, Error("the first message of a connection must be 'hello'"))]
         return self._effects(out, sync=isinstance(message, RESYNC))
 
-    def prefetch(self, messages: Iterable[object]) -> None:
-        """Match the publications among ``messages``, about to be handled in turn, against
-        the routing network together: one pass of its alpha step over all of them."""
+    def prefetch(self, messages: Iterable[object], hop: str = "") -> None:
+        """Match the publications among ``messages`` from ``hop``, about to be handled in
+        turn, against the routing network together: one pass of its alpha step over all of
+        them (but those the neighbour matched for this broker)."""
         pubs: list[Publication] = []
         for message in messages:
             if isinstance(message, Publication):
                 pubs.append(message)
+            elif isinstance(message, RoutePublish) and self.publishing.trusts(message, hop):
+                continue  # the neighbour matched it for this broker: see ``Routes.match``
             elif isinstance(message, RoutePublish | RouteTxPublish | Guaranteed):
                 pubs.append(message.publication)
         self.routes.prefetch(pubs)

@@ -62,6 +62,8 @@ class Echoes:
         self._labels: dict[Hashable, str] = {}
         """What a pending message was sent for (a subscription at a slot) -> its token."""
         self._waits: dict[int, _Wait] = {}
+        self._awaited: dict[str, int] = {}
+        """Per hop, how many of the messages sent to it have not echoed."""
 
     def __len__(self) -> int:
         return len(self._sent) + len(self._waits)
@@ -71,9 +73,15 @@ class Echoes:
         self._count += 1
         token = f"e{self._count}"
         record = self._sent[token] = _Sent(hop, tuple(labels))
+        self._awaited[hop] = self._awaited.get(hop, 0) + 1
         for label in record.labels:
             self._labels[label] = token
         return token
+
+    def awaited(self, hop: str) -> bool:
+        """Whether a routing message sent to ``hop`` has not echoed yet: ``hop`` may not
+        have taken it in."""
+        return hop in self._awaited
 
     def pending(self, label: Hashable) -> str | None:
         """The token of the message sent for ``label`` if its echo has not come back."""
@@ -120,6 +128,7 @@ class Echoes:
         if old not in self._sent or new not in self._sent:
             return
         record = self._sent.pop(old)
+        self._unawait(record.hop)
         for label in record.labels:
             if self._labels.get(label) == old:
                 del self._labels[label]
@@ -142,6 +151,7 @@ class Echoes:
 
     def _done(self, token: str, incomplete: tuple[str, ...]) -> list[Out]:
         record = self._sent.pop(token)
+        self._unawait(record.hop)
         for label in record.labels:
             if self._labels.get(label) == token:
                 del self._labels[label]
@@ -154,3 +164,10 @@ class Echoes:
                 del self._waits[key]
                 out.append(wait.reply(tuple(wait.incomplete)))
         return out
+
+    def _unawait(self, hop: str) -> None:
+        left = self._awaited[hop] - 1
+        if left:
+            self._awaited[hop] = left
+        else:
+            del self._awaited[hop]

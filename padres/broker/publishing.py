@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from padres.broker.durable import Durables
+from padres.broker.echoes import Echoes
 from padres.broker.history import History
 from padres.broker.journal import Journal, Tag
 from padres.broker.paths import Paths
@@ -67,6 +68,7 @@ class Publishing:
         conformity: bool,
         votes: Votes,
         paths: Paths,
+        echoes: Echoes,
     ) -> None:
         """``sessions``: the broker's connected clients by hop; ``composites``: the composite
         subscriptions matched here (both read, never changed); ``conformity``: whether a
@@ -79,6 +81,7 @@ class Publishing:
         self.history = history
         self.conformity = conformity
         self.paths = paths
+        self.echoes = echoes
         self._sessions = sessions
         self._composites = composites
 
@@ -95,7 +98,9 @@ class Publishing:
                 return [(session.hop, Error(why, pub.id))]
             position, new = self.journal.append(tree, pub, now)
             ack: list[Out] = [(session.hop, Ok(pub.id))]
-            return self.deliver(pub, tree, session.hop, position) + ack if new else ack
+            if not new:
+                return ack
+            return self.deliver(pub, tree, session.hop, position, exact=True) + ack
         if tree is None and self.conformity:
             return [
                 (
@@ -107,7 +112,7 @@ class Publishing:
                     ),
                 )
             ]
-        return self.deliver(pub, tree, session.hop)
+        return self.deliver(pub, tree, session.hop, exact=self.conformity)
 
     def tree_for(self, pub: Publication, session: Session, strict: bool = False) -> str | None:
         """The tree of an advertisement of the publisher that ``pub`` conforms to.
@@ -141,7 +146,21 @@ class Publishing:
             tag, key = None, (pub.publisher, pub.id)
         if not self.paths.accepts(tree, hop, key, now, positioned=message.position > 0):
             return []  # along a route left over from an earlier path of the tree, or again
-        return self.deliver(pub, tree.id, hop, message.position, tag)
+        if not isinstance(message, RoutePublish) or message.matched is None:
+            return self.deliver(pub, tree.id, hop, message.position, tag)
+        known = message.matched if self.trusts(message, hop) else None
+        return self.deliver(pub, tree.id, hop, message.position, known=known, exact=True)
+
+    def trusts(self, message: RoutePublish, hop: str) -> bool:
+        """Whether the subscriptions ``message`` says it matches (``RoutePublish.matched``)
+        are all those forwarded to ``hop`` that it matches: ``hop`` has taken in every
+        routing message sent to it (each has echoed), and knew all it could match here
+        (``Routes.knows``)."""
+        return (
+            message.matched is not None
+            and not self.echoes.awaited(hop)
+            and self.routes.knows(hop, message.tree)
+        )
 
     def deliver(
         self,
@@ -150,20 +169,34 @@ class Publishing:
         source: str,
         position: int = 0,
         tag: Tag | None = None,
+        *,
+        known: tuple[str, ...] | None = None,
+        exact: bool = False,
     ) -> list[Out]:
         """Route ``pub`` down ``tree`` and deliver it here; ``tag``: a transaction's, which
         each subscription sees by its visibility (composite and historic subscriptions see
-        committed ones only)."""
+        committed ones only). ``exact`` (no ``tag``): ``pub`` conforms to the advertisement
+        of ``tree``, so each neighbour it goes to is told which of its subscriptions it
+        matches (``RoutePublish.matched``) and need not match it again; ``known``: what
+        ``source`` told this broker so (``Routes.match``)."""
         committed = tag is None or tag[1] is Outcome.COMMITTED
-        matches = self.routes.match(pub, tree, source, composites=committed)
+        matches = self.routes.match(
+            pub, tree, source, composites=committed, known=known, exact=exact
+        )
         out: list[Out] = []
         if tree is not None and matches.hops:
-            message: RoutePublish | RouteTxPublish = (
-                RoutePublish(pub, tree, position)
-                if tag is None
-                else RouteTxPublish(pub, tree, tag[0], tag[1], position)
-            )
-            out += [(hop, message) for hop in sorted(matches.hops)]
+            found = matches.found
+            if tag is not None:
+                message = RouteTxPublish(pub, tree, tag[0], tag[1], position)
+                out += [(hop, message) for hop in sorted(matches.hops)]
+            elif found is None:
+                shared = RoutePublish(pub, tree, position)  # encoded once for every hop
+                out += [(hop, shared) for hop in sorted(matches.hops)]
+            else:
+                out += [
+                    (hop, RoutePublish(pub, tree, position, tuple(found[hop])))
+                    for hop in sorted(matches.hops)
+                ]
         if matches.durables:
             out += self.durables.arrived(matches.durables, pub, tree, position, tag)
         if committed:

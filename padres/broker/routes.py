@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from itertools import islice
 from operator import attrgetter
 from typing import Final, Literal, NamedTuple, TypeAlias
@@ -46,6 +47,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 from padres.broker.groups import Groups
 from padres.broker.merging import Mergers, Merging, Slot
 from padres.broker.trees import Trees
+from padres.matching.matcher import checks, passes
 from padres.matching.relations import EqKey, covering, covers, eq_key, overlaps
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.messages import Filter, Publication, Subscription
@@ -97,6 +99,9 @@ class Matches(NamedTuple):
     """The neighbours to forward it to."""
     activations: list[Activation]
     """The composite subscriptions it completes."""
+    found: dict[str, list[str]] | None
+    """When asked for (``exact``): per neighbour in ``hops``, the ids of the subscriptions it
+    sent here that the publication matches (its ``RoutePublish.matched``)."""
 
 
 @dataclass(eq=False)
@@ -175,6 +180,8 @@ class Routes:
         never looked at in ``match``), and which are matched (``padres.broker.groups``)."""
         self._unmatched: set[str] = set()
         """The ids of the members the routing network does not hold (hidden in their group)."""
+        self.trusted = 0
+        """Publications from neighbours routed by the neighbour's match (``known``)."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -424,30 +431,73 @@ class Routes:
         ``match`` one by one (see ``rete.Network.prefetch``)."""
         self.network.prefetch(pubs)
 
+    def knows(self, hop: str, tree_id: str) -> bool:
+        """Whether neighbour ``hop``, matching a publication that comes down tree ``tree_id``
+        from it, knew every subscription here that it could match, but for those hidden
+        behind covering ones there: ``hop`` is the tree's parent here (not a former one, while
+        the tree moves), nothing merges what is forwarded, and no composite subscription
+        needs to see every publication. (Whether ``hop`` has taken in all that was forwarded
+        to it is the echoes' to say.)"""
+        tree = self.trees.get(tree_id)
+        return (
+            tree is not None
+            and tree.parent == hop
+            and not self.mergers.settings.enabled
+            and not self.network.composites
+        )
+
     def match(
-        self, pub: Publication, tree: str | None, source: str, *, composites: bool = True
+        self,
+        pub: Publication,
+        tree: str | None,
+        source: str,
+        *,
+        composites: bool = True,
+        known: Iterable[str] | None = None,
+        exact: bool = False,
     ) -> Matches:
         """Where ``pub`` goes: the subscriptions made here it matches, by sink, the neighbours
         to forward it to (down ``tree``, never back to ``source``), and the composite
         activations (with ``composites`` false, composite subscriptions do not see it at all).
         Local subscriptions match it only if it comes from a client of this broker (``source``
-        is no neighbour)."""
-        result = self.network.match(pub) if composites else self.network.peek(pub)
+        is no neighbour).
+
+        ``known``: the ids of the subscriptions forwarded to ``source`` that it found ``pub``
+        to match (``RoutePublish.matched``; only where ``knows`` says so): the routing network
+        is not searched; of the routes hidden there behind covering ones, only those hidden
+        behind a known one can match, and only they are tried (some known ids may be gone
+        since). ``exact``: ``Matches.found`` says, per neighbour, which of its subscriptions
+        ``pub`` matches (``pub`` conforms to ``tree``'s advertisement: those are all it may
+        match there)."""
+        if known is None:
+            result = self.network.match(pub) if composites else self.network.peek(pub)
+            matched, activations = result.conditions, result.activations
+        else:
+            matched, activations = self._uncovered(pub, (source, tree or ""), known), []
+            self.trusted += 1
         clients: dict[str, list[str]] = {}
         crowded: list[str] = []
         durables: list[Route] = []
         watches: list[str] = []
         hops: set[str] = set()
+        found: dict[str, list[str]] | None = {} if exact else None
         routes = self._routes
         client, durable, history = Sink.CLIENT, Sink.DURABLE, Sink.HISTORY  # as locals: faster
         skipped = self._scoped if self._scoped and source in self.brokers else None
-        conditions: Iterable[str] = result.conditions
+        conditions: Iterable[str] = matched
         in_group = self._members.group_of
         if in_group:  # each group once, in place of its members
-            conditions = dict.fromkeys([in_group.get(sid, sid) for sid in conditions])
+            conditions = dict.fromkeys([in_group.get(sid, sid) for sid in matched])
+        elif known is not None:
+            conditions = dict.fromkeys(matched)  # a hidden route may be among the known
         groups = self._groups
         for sid in conditions:
-            route = routes.get(sid) or groups[sid][0]
+            route = routes.get(sid)
+            if route is None:
+                group = groups.get(sid)
+                if group is None:
+                    continue  # withdrawn since the neighbour matched it
+                route = group[0]
             if skipped is not None and sid in skipped:
                 continue  # a local subscription: the publication comes from a neighbour
             sink = route.sink
@@ -466,7 +516,14 @@ class Routes:
             elif sink is history:
                 watches.append(sid)
             arrivals = route.arrivals
-            if tree is not None and arrivals and not arrivals.keys() <= hops:  # from a neighbour
+            if tree is None or not arrivals:
+                continue
+            if found is not None:
+                for hop, trees in arrivals.items():
+                    if tree in trees:
+                        hops.add(hop)
+                        found.setdefault(hop, []).append(sid)
+            elif not arrivals.keys() <= hops:  # from a neighbour
                 for hop, trees in arrivals.items():
                     if tree in trees:
                         hops.add(hop)
@@ -480,10 +537,30 @@ class Routes:
             durables.sort(key=_ORDER)
         if not (clients or durables or watches or hops) and source in self.brokers:
             # Nothing here wants it, unless a part of a composite subscription does.
-            self.unwanted += not any(routes[sid].sink is not None for sid in result.conditions)
-        return Matches(clients, [r.id for r in durables], watches, hops, result.activations)
+            self.unwanted += not any(
+                route.sink is not None for sid in matched if (route := routes.get(sid))
+            )
+        durable_ids = [r.id for r in durables]
+        return Matches(clients, durable_ids, watches, hops, activations, found)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _uncovered(self, pub: Publication, slot: Slot, known: Iterable[str]) -> list[str]:
+        """``known``, and the routes hidden at ``slot`` behind them that ``pub`` matches (a
+        hidden route is matched only where the one covering it is; members hidden in their
+        group need not be: their group's matched members stand for them)."""
+        routes, unmatched = self._routes, self._unmatched
+        matched = list(known)
+        for sid in matched[:]:
+            route = routes.get(sid)
+            hidden = None if route is None else route.hides.get(slot)
+            if hidden:
+                matched += [
+                    h
+                    for h in hidden
+                    if h not in unmatched and passes(_checks(routes[h].sub.filter), pub)
+                ]
+        return matched
 
     def _insert(self, route: Route) -> None:
         self._routes[route.id] = route
@@ -630,6 +707,8 @@ class Routes:
         ]
 
 
+_checks: Final = lru_cache(maxsize=1 << 14)(checks)
+"""The tests of the filters of hidden routes (``Routes._uncovered``)."""
 _RANKS: Final = (1 << 64) - 1
 """The bits of ``Route.order`` that hold the order a route was made in."""
 _ORDER: Final = attrgetter("order")

@@ -129,7 +129,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--subs", type=int, default=10_000)
     h.add_argument("--pubs", type=int, default=20_000, help="publications a repetition")
     h.add_argument("--repeat", type=int, default=7, help="repetitions (best and median shown)")
-    h.add_argument("--broker", choices=("B1", "B2"), default="B2", help="the core measured")
+    h.add_argument("--broker", choices=("B1", "B2", "B3"), default="B2", help="the core measured")
     h.add_argument(
         "--plain", action="store_true", help="one subscription per filter instead of groups"
     )

@@ -13,15 +13,18 @@ from padres.model.messages import CompositeSubscription, Filter, Publication, Su
 from rete.operators import NUMERIC, Op, Value, evaluate, predicate_test
 
 __all__ = [
+    "Checks",
     "CompositeMatch",
     "Conformity",
     "MatchResult",
     "Matcher",
+    "checks",
     "conformity",
     "conforms",
     "conforms_to",
     "filter_bindings",
     "matches",
+    "passes",
 ]
 
 
@@ -106,6 +109,22 @@ def matches(flt: Filter, pub: Publication) -> bool:
     return filter_bindings(flt, pub) is not None
 
 
+def checks(flt: Filter) -> Checks:
+    """The tests ``passes`` makes for a filter without variables: each predicate's attribute,
+    test and operand, as the Rete network tests them."""
+    return tuple((p.attribute, predicate_test(p.op), p.value) for p in flt.predicates)
+
+
+def passes(tests: Checks, pub: Publication) -> bool:
+    """Whether ``pub`` satisfies the filter of ``tests`` (``checks``): ``matches``, faster."""
+    attrs = pub.attributes
+    for attribute, test, operand in tests:
+        value = attrs.get(attribute)
+        if value is None or not test(value, operand):
+            return False
+    return True
+
+
 def conforms(advertisement: Filter, pub: Publication) -> bool:
     """Whether ``pub`` is a publication ``advertisement`` announces, as PADRES checks it.
 
@@ -147,5 +166,6 @@ def conformity(advertisement: Filter) -> Conformity:
     )
 
 
-Conformity = tuple[Check, ...] | None
+Checks = tuple[Check, ...]
+Conformity = Checks | None
 _conformity = lru_cache(maxsize=1 << 12)(conformity)

@@ -824,6 +824,11 @@ class RoutePublish(WireMessage, frozen=True, tag="route_publish"):
     tree: str
     position: Count = 0
     """For a guaranteed publication: its position in the journal of the tree's root broker."""
+    matched: tuple[str, ...] | None = None
+    """The ids of the subscriptions the receiver forwarded to the sender (for ``tree``) that
+    the publication matches, all of them: the sender matched it against those, and it
+    conforms to the tree's advertisement. The receiver then matches it only against what it
+    did not forward there (``padres.broker.routes``). None: the receiver matches it in full."""
 
 
 class RouteTxPublish(WireMessage, frozen=True, tag="route_tx_publish"):

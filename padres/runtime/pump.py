@@ -89,7 +89,7 @@ class Pump:
         handled: list[Handled] = []
         left = len(items)
         if broker.greeted(hop):  # nothing is matched for a connection not yet accepted
-            broker.prefetch(items[first : first + PREFETCH])
+            broker.prefetch(items[first : first + PREFETCH], hop)
         until = time.perf_counter() + budget
         for index in range(first, len(items)):
             started = time.perf_counter()
