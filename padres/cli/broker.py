@@ -23,6 +23,7 @@ from padres.cli.logs import add_log_options, setup_logging
 from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, JournalError, missing
 from padres.runtime import collector
+from padres.runtime.compression import LEVEL
 from padres.runtime.node import BrokerNode, Limits
 from padres.security.accounts import Accounts, Credentials
 from padres.security.files import private_directory
@@ -122,6 +123,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "(docs/security.md)",
     )
     _limit_options(p, defaults)
+    _compression_options(p)
     _tls_options(p)
     add_log_options(p)
     add_detach_option(p, "it is ready (neighbours linked)", log="{id}.log")
@@ -164,6 +166,25 @@ def _limit(p: argparse.ArgumentParser, flag: str, default: float, metavar: str, 
         default=default,
         metavar=metavar,
         help=f"{what} (default {default:g})",
+    )
+
+
+def _compression_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--compression",
+        type=int,
+        choices=range(10),
+        default=LEVEL,
+        metavar="LEVEL",
+        help="zlib level (1 fastest to 9 smallest) at which the broker compresses what it "
+        "sends to clients and neighbours that offer WebSocket compression (permessage-deflate); "
+        f"0: accept it from none (default {LEVEL})",
+    )
+    p.add_argument(
+        "--compress-links",
+        action="store_true",
+        help="offer compression to the neighbours this broker dials (over a WAN, say); "
+        "they compress too unless started with --compression 0",
     )
 
 
@@ -246,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
         limits=limits,
         tls=tls,
         tls_ca=args.tls_ca,
+        compression=args.compression or None,
+        compress_links=args.compress_links,
     )
     scheme = "ws" if tls is None else "wss"
 

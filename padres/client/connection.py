@@ -420,6 +420,7 @@ class Client:
         max_pending: int = MAX_PENDING,
         max_pending_bytes: int = MAX_PENDING_BYTES,
         transport: Dialler | None = None,
+        compress: bool = False,
     ) -> None:
         """``on_error``: called with each ``error`` the broker sends that no request waits
         for (a refused publication, say); a warning is logged if None. ``on_lost``: called
@@ -440,7 +441,10 @@ class Client:
         subscription says otherwise (see the module docstring: a plain subscription then
         drops, a durable one makes the client stop reading). ``transport``: how to reach the
         broker, if not by a WebSocket to ``url`` (which then only names the broker in messages;
-        see ``attached``).
+        see ``attached``). ``compress``: offer the broker permessage-deflate, the WebSocket's
+        compression: about ten times fewer bytes each way for a few microseconds of CPU per
+        message on both sides; worth it over a WAN or a metered link, not on loopback
+        (docs/client.md, "Compression").
 
         ``url``: a broker's endpoint, or several brokers' of one overlay, tried in turn when
         connecting and reconnecting (failing over from one that is lost to the next); the
@@ -450,7 +454,7 @@ class Client:
         if transport is None:
             urls = [websocket_url(u) for u in urls]
             tls = client_context(tls_ca) if any(map(secure, urls)) else None
-            transport = dial(urls, timeout=timeout, tls=tls)
+            transport = dial(urls, timeout=timeout, tls=tls, compress=compress)
         self.url = urls[0]
         self.urls = tuple(urls)
         """The brokers it may connect to, in the order tried."""

@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from padres.errors import ConnectError, ConnectionLost
 from padres.model.protocol import MAX_FRAME_BYTES
+from padres.runtime.compression import LEVEL, client_extensions
 
 if TYPE_CHECKING:
     from padres.runtime.node import BrokerNode
@@ -64,6 +65,11 @@ class WebSocketTransport:
         self.reason = ""
         self._ws = ws
 
+    @property
+    def compressed(self) -> bool:
+        """Whether the broker accepted compression (permessage-deflate) on this connection."""
+        return any(e.name == "permessage-deflate" for e in self._ws.protocol.extensions)
+
     async def send(self, frame: bytes) -> None:
         try:
             await self._ws.send(frame)
@@ -84,12 +90,17 @@ class WebSocketTransport:
         await self._ws.close()
 
 
-def dial(urls: Sequence[str], *, timeout: float, tls: ssl.SSLContext | None) -> Dialler:
+def dial(
+    urls: Sequence[str], *, timeout: float, tls: ssl.SSLContext | None, compress: bool = False
+) -> Dialler:
     """A dialler of the WebSocket endpoints ``urls`` (of brokers of one overlay): it tries
-    each in turn, starting with the last that answered; ``ConnectError`` if none does."""
+    each in turn, starting with the last that answered; ``ConnectError`` if none does.
+    ``compress``: offer permessage-deflate (``padres.runtime.compression``); a broker that
+    accepts it compresses what it sends, and so does the client."""
     if not urls:
         raise ValueError("no broker URL to dial")
     order = list(urls)
+    extensions = client_extensions(LEVEL if compress else None)
 
     async def connected() -> Transport:
         failures = []
@@ -100,6 +111,7 @@ def dial(urls: Sequence[str], *, timeout: float, tls: ssl.SSLContext | None) -> 
                     max_size=4 * MAX_FRAME_BYTES,
                     open_timeout=timeout,
                     compression=None,
+                    extensions=extensions,
                     ssl=tls,
                 )
             except (OSError, TimeoutError, InvalidHandshake) as exc:

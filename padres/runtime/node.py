@@ -55,6 +55,7 @@ import uvicorn
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.extensions.base import ServerExtensionFactory
 
 from padres.broker import Broker, Out
 from padres.errors import AuthenticationError, DecodeError, JournalError, missing
@@ -75,6 +76,7 @@ from padres.model.protocol import (
     websocket_url,
 )
 from padres.runtime.backoff import Backoff
+from padres.runtime.compression import LEVEL, client_extensions, server_extensions
 from padres.runtime.connection import Connection, Phase
 from padres.runtime.http import http_protocol
 from padres.runtime.probe import PROBE
@@ -172,9 +174,16 @@ class Limits:
 class _Keepalive(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol, with a keepalive that takes any data from the peer as a
     sign of life and does not blame the peer while this side is not reading: uvicorn reads the
-    next frame only once the broker has taken the last one, and the pong waits behind them."""
+    next frame only once the broker has taken the last one, and the pong waits behind them.
+    It negotiates ``extensions`` (permessage-deflate at the node's level, or nothing), which
+    ``_websocket_protocol`` binds."""
 
     heard = 0.0
+    extensions: Sequence[ServerExtensionFactory] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn.available_extensions = list(self.extensions)
 
     def data_received(self, data: bytes) -> None:
         self.heard = self.loop.time()
@@ -189,6 +198,11 @@ class _Keepalive(WebSocketsSansIOProtocol):
         self.transport.abort()  # a peer that stopped reading would hold a close behind its data
 
 
+def _websocket_protocol(extensions: Sequence[ServerExtensionFactory]) -> type[_Keepalive]:
+    """``_Keepalive`` negotiating ``extensions``."""
+    return type("Keepalive", (_Keepalive,), {"extensions": extensions})
+
+
 class BrokerNode:
     """Serves one ``Broker`` (see the module docstring)."""
 
@@ -201,15 +215,23 @@ class BrokerNode:
         limits: Limits | None = None,
         tls: ServerTLS | None = None,
         tls_ca: str | None = None,
+        compression: int | None = LEVEL,
+        compress_links: bool = False,
     ) -> None:
         """``tls``: serve ``wss://`` (and the web API ``https://``) with this certificate;
         ``tls_ca``: the CA file that ``wss://`` neighbours' certificates are checked against
-        (the system's trusted authorities if None)."""
+        (the system's trusted authorities if None). ``compression``: the zlib level (1 to 9)
+        at which the node compresses what it sends on a connection whose peer offered
+        permessage-deflate (None: it accepts no compression); ``compress_links``: the node
+        offers it to the neighbours it dials (``padres.runtime.compression``)."""
         self.broker = broker
         self.neighbours = [websocket_url(n) for n in neighbours]
         self.heartbeat = heartbeat
         self.limits = limits or Limits()
         self.tls = tls
+        self.compression = compression
+        self._server_extensions = server_extensions(compression)  # refuses a bad level now
+        self._link_extensions = client_extensions(compression if compress_links else None)
         if tls is not None:
             tls.context()  # refuses unusable files now, not once serving
         self._dial_tls = (
@@ -407,12 +429,12 @@ class BrokerNode:
             self.app,
             interface="asgi3",
             log_level="warning",
-            ws=_Keepalive,
+            ws=_websocket_protocol(self._server_extensions),
             http=http_protocol(self.strangers, self.limits.hello_within),
             ws_max_size=4 * self.limits.frame_bytes,
             ws_ping_interval=self.heartbeat,
             ws_ping_timeout=2 * self.heartbeat,
-            ws_per_message_deflate=False,  # compressing costs more CPU than it saves here
+            ws_per_message_deflate=False,  # negotiated by the protocol's own extensions
             lifespan="off",
             ssl_certfile=self.tls.cert if self.tls else None,
             ssl_keyfile=self.tls.key if self.tls else None,
@@ -819,6 +841,7 @@ class BrokerNode:
                     open_timeout=10,
                     close_timeout=self.heartbeat,
                     compression=None,
+                    extensions=self._link_extensions,
                     ssl=self._dial_tls if secure(url) else None,
                 ) as ws:
                     log.info("%s: linked to %s", self.broker.id, url)
