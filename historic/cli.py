@@ -288,6 +288,12 @@ def register_benchmarks(benches: Any) -> None:
         help="the live setups to run, alternating, by short name (default: all of them)",
     )
     e.add_argument("--no-history", action="store_true", help="skip the historic side")
+    e.add_argument(
+        "--compress",
+        action="store_true",
+        help="padres' subscriber clients offer compression (permessage-deflate), which the "
+        "brokers accept",
+    )
     data_and_json(e)
     e.set_defaults(run=run_peers_bench)
     i = benches.add_parser(
@@ -338,6 +344,7 @@ def run_peers_bench(args: argparse.Namespace) -> int:
             args.data,
             setups=setups,
             history=not args.no_history,
+            compress=args.compress,
         )
     except ValueError as exc:
         print(f"padres bench peers: {exc}", file=sys.stderr)

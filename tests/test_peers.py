@@ -57,6 +57,8 @@ async def test_strong_nats_subscribers_deliver_what_the_reference_matcher_does(
     assert set(figures["cpu_us_per_delivery"]) == {"servers", "subscribers", "publisher"}
     sent = figures["bytes_per_delivery"]
     assert sent["publisher"] > 0 and sent["n0"] > sent["publisher"]  # each client gets them all
+    # on the wire, each quote with NATS' framing: more than its payload
+    assert figures["bytes_received_per_delivery"]["subscribers"] > sent["n0"]
 
 
 def test_strong_subjects_bring_each_quote_once() -> None:

@@ -7,8 +7,11 @@ of a client's subscriptions, counted once per client, on every side; each run mu
 exactly the deliveries the Rete matcher expects (``network.Work``). Figures: publications per
 second end to end until every expected delivery has arrived, latency percentiles at a fixed
 rate, and what the throughput phase cost per delivery: CPU of the servers (brokers or
-nats-servers) and of the clients, from ``/proc``, and the bytes every connection carried, as the
-servers count them (``padres.bench.usage``). The setups (``SETTINGS`` says each in one line):
+nats-servers) and of the clients, from ``/proc``, the bytes every connection carried, as the
+servers count them, and where the subscribers run in processes of their own, the bytes they
+received on the wire, as the kernel counts them on every side (``padres.bench.usage``). With
+``compress``, this system's subscriber clients offer compression (permessage-deflate), which
+the brokers accept. The setups (``SETTINGS`` says each in one line):
 
 - ``padres chain of 3``: the 3-broker chain of ``padres bench network``, its three subscriber
   clients in this process beside the publisher, as in every earlier run of this benchmark;
@@ -72,7 +75,7 @@ from historic.bench import replay, strong
 from historic.bench.history import publications, selection
 from padres.bench import machine, network
 from padres.bench.apart import Apart
-from padres.bench.usage import Meter, get_json, processes
+from padres.bench.usage import Meter, get_json, processes, received
 from padres.bench.workloads import stock_publications, stock_subscriptions
 from padres.matching.matcher import matches
 from padres.matching.rete_matcher import to_conjunction
@@ -329,7 +332,8 @@ async def _nats_strong(
             "subscribers": [r.pid for r in remotes],
             "publisher": [os.getpid()],
         }
-        meter = Meter(processes(roles), cluster.sent)
+        wire = received({"subscribers": roles["subscribers"]})
+        meter = Meter(processes(roles), cluster.sent, wire)
         return await network.measure(send_frame if framed else send_each, remotes, work, meter)
     finally:
         for remote in remotes:
@@ -338,18 +342,27 @@ async def _nats_strong(
 
 
 def _live(
-    subs: int, pubs: int, rate: float, seconds: float, data: Path | None, setups: Sequence[str]
+    subs: int,
+    pubs: int,
+    rate: float,
+    seconds: float,
+    data: Path | None,
+    setups: Sequence[str],
+    compress: bool,
 ) -> dict[str, Any]:
-    """One run of each of ``setups`` (names of ``SETUPS``' values), in ``SETUPS``' order."""
+    """One run of each of ``setups`` (names of ``SETUPS``' values), in ``SETUPS``' order;
+    ``compress``: this system's subscribers compressed."""
     quotes = stock_publications(data)
     workload = list(stock_subscriptions(subs, quotes, seed=1))
     shares = [workload[i::3] for i in range(3)]
     work = network.Work.of(shares, quotes, pubs, rate, seconds)
     out: dict[str, Any] = {}
     if PADRES in setups:
-        out[PADRES] = network.run(subs, pubs, rate, seconds, data)
+        out[PADRES] = network.run(subs, pubs, rate, seconds, data, compress=compress)
     if PADRES_APART in setups:
-        out[PADRES_APART] = network.run(subs, pubs, rate, seconds, data, apart=True)
+        out[PADRES_APART] = network.run(
+            subs, pubs, rate, seconds, data, apart=True, compress=compress
+        )
     if nats_missing() is None:
         for size, name in ((1, NATS_ONE), (3, NATS_CLUSTER)):
             if name in setups:
@@ -541,20 +554,23 @@ def run(
     data: Path | None = None,
     setups: Sequence[str] = tuple(SETUPS),
     history: bool = True,
+    compress: bool = False,
 ) -> dict[str, Any]:
     """``setups``: the live setups to run, by short name (``SETUPS``); each round runs each
-    once, so that ``repeat`` rounds alternate them; ``history``: measure the historic side."""
+    once, so that ``repeat`` rounds alternate them; ``history``: measure the historic side;
+    ``compress``: this system's subscriber clients offer compression."""
     unknown = sorted(set(setups) - set(SETUPS))
     if unknown:
         raise ValueError(f"unknown setups {', '.join(unknown)}: choose from {', '.join(SETUPS)}")
     chosen = [SETUPS[name] for name in setups]
-    live = [_live(subs, pubs, rate, seconds, data, chosen) for _ in range(repeat)]
+    live = [_live(subs, pubs, rate, seconds, data, chosen, compress) for _ in range(repeat)]
     return {
         "machine": machine(),
         "subscriptions": subs,
         "publications": pubs,
         "rate": rate,
         "count": count,
+        "compressed": compress,
         "nats_missing": nats_missing(),
         "settings": {name: SETTINGS[name] for name in live[0]},
         "promises": PROMISES,
@@ -580,6 +596,7 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_p99_ms",
         "cpu_us_per_delivery",
         "bytes_per_delivery",
+        "bytes_received_per_delivery",
     )
     return {
         **{k: _median_of(runs, k) for k in keys},
@@ -609,7 +626,9 @@ def _lines(r: dict[str, Any]) -> Iterator[str]:
         f"medians of the runs; latency at {r['rate']:,.0f} per s; padres/this: the ratio of "
         f"padres' figure to this setup's, for the chain as run so far (and with its "
         "subscribers apart); per delivery: what the throughput phase cost, CPU in "
-        "microseconds, bytes sent on every connection (padres/this: with subscribers apart)"
+        "microseconds, bytes sent on every connection (padres/this: with subscribers apart), "
+        "bytes the subscribers received on the wire where they run apart"
+        + (" (padres' subscribers compressed)" if r.get("compressed") else "")
     )
     for name, m in live.items():
         rate = m["publications_per_second"]
@@ -630,6 +649,13 @@ def _lines(r: dict[str, Any]) -> Iterator[str]:
                 f"      per delivery: CPU {spent} us (servers padres/this "
                 f"{_ratio(ours_cpu, cpu.get('servers'))}); bytes {sent['total']:,.0f} "
                 f"(padres/this {_ratio(ours_sent, sent['total'])})"
+            )
+        got = (m.get("bytes_received_per_delivery") or {}).get("subscribers")
+        if got:
+            ours_got = (apart.get("bytes_received_per_delivery") or {}).get("subscribers")
+            yield (
+                f"      the subscribers received {got:,.1f} bytes per delivery on the wire "
+                f"(padres/this {_ratio(ours_got, got)})"
             )
     if r["nats_missing"]:
         yield f"NATS not measured: {r['nats_missing']}"

@@ -20,7 +20,12 @@ such a process settles its garbage collector once subscribed, as a broker does
 
 Either way the throughput phase is metered (``padres.bench.usage``): the CPU seconds of the
 brokers and of the clients' processes, and the bytes each broker sent on all its connections
-(its ``sent_bytes``) and the publisher sent to its broker, per delivery.
+(its ``sent_bytes``, before any compression) and the publisher sent to its broker, per
+delivery; with the subscribers apart, also the bytes they received on the wire (TCP's count,
+framing and compression included).
+
+``compress``: the subscriber clients offer compression (``Client(compress=True)``), which the
+brokers accept at their default level: what they receive is deflated (permessage-deflate).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from msgspec.structs import replace
 
 from padres.bench import machine
 from padres.bench.apart import Apart, serve
-from padres.bench.usage import Meter, get_json, per_delivery, processes
+from padres.bench.usage import Meter, get_json, per_delivery, processes, received
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.client.connection import Client, Delivery
 from padres.client.transport import Dialler, Transport, dial
@@ -257,19 +262,24 @@ class Counted:
         return _CountedTransport(await self._dial(), self)
 
 
-def _subscriber(conn: Connection, url: str, name: str, share: list[bytes]) -> None:
+def _subscriber(
+    conn: Connection, url: str, name: str, share: list[bytes], compress: bool = False
+) -> None:
     """A subscriber client in a process of its own: subscribes ``share`` (encoded
-    subscriptions) and counts as ``_Counter`` does, steered through ``conn``."""
-    asyncio.run(_subscribe_and_serve(conn, url, name, share))
+    subscriptions) and counts as ``_Counter`` does, steered through ``conn``; ``compress``:
+    it offers compression."""
+    asyncio.run(_subscribe_and_serve(conn, url, name, share, compress))
 
 
-async def _subscribe_and_serve(conn: Connection, url: str, name: str, share: list[bytes]) -> None:
+async def _subscribe_and_serve(
+    conn: Connection, url: str, name: str, share: list[bytes], compress: bool
+) -> None:
     counter = _Counter()
     subs = [decode(data) for data in share]
     filters = [sub.filter for sub in subs if isinstance(sub, Subscription)]
     if len(filters) != len(subs):
         raise TypeError("a subscriber was given something other than subscriptions")
-    async with Client(url, name, timeout=60) as client:
+    async with Client(url, name, timeout=60, compress=compress) as client:
         await client.subscribe_many(filters, counter, id="s")
         collector.freeze()  # loaded: settled as a broker settles it
         await serve(conn, counter)
@@ -294,6 +304,7 @@ async def _bench(
     seconds: float,
     data: Path | None,
     apart: bool,
+    compress: bool,
 ) -> dict[str, Any]:
     urls = [p.url for p in brokers]
     quotes = stock_publications(data)
@@ -311,11 +322,13 @@ async def _bench(
         for i, (url, share) in enumerate(zip(urls, shares, strict=True)):
             if apart:
                 encoded = [encode(sub) for sub in share]
-                remote = await Apart.start(_subscriber, url, f"bench-sub{i}", encoded)
+                remote = await Apart.start(_subscriber, url, f"bench-sub{i}", encoded, compress)
                 stack.callback(remote.stop)
                 counters.append(remote)
                 continue
-            client = await stack.enter_async_context(Client(url, f"bench-sub{i}", timeout=60))
+            client = await stack.enter_async_context(
+                Client(url, f"bench-sub{i}", timeout=60, compress=compress)
+            )
             counter = _Counter()
             counters.append(counter)
             duplicates.append(counter)
@@ -330,21 +343,21 @@ async def _bench(
             await publisher.publish_many(chunk)
 
         broker_pids = [p.pid for p in brokers if p.pid is not None]
+        wire: dict[str, list[int]] = {}
         if apart:
-            roles = {
-                "servers": broker_pids,
-                "subscribers": [c.pid for c in counters if isinstance(c, Apart)],
-                "publisher": [os.getpid()],
-            }
+            subscribers = [c.pid for c in counters if isinstance(c, Apart)]
+            roles = {"servers": broker_pids, "subscribers": subscribers, "publisher": [os.getpid()]}
+            wire = {"subscribers": subscribers}
         else:
             roles = {"servers": broker_pids, "clients": [os.getpid()]}
-        meter = Meter(processes(roles), _sent(brokers, dialler))
+        meter = Meter(processes(roles), _sent(brokers, dialler), received(wire))
         figures = await measure(send, counters, work, meter)
     return {
         "machine": machine(),
         "brokers": len(urls),
         "subscriptions": subs,
         "subscribers_apart": apart,
+        "compressed": compress,
         "duplicates": sum(c.duplicates for c in duplicates),
         **figures,
     }
@@ -358,8 +371,10 @@ def run(
     data: Path | None = None,
     *,
     apart: bool = False,
+    compress: bool = False,
 ) -> dict[str, Any]:
-    """The chain's figures; ``apart``: each subscriber client in a process of its own."""
+    """The chain's figures; ``apart``: each subscriber client in a process of its own;
+    ``compress``: the subscribers' connections compressed."""
     procs = [BrokerProcess("B1")]
     procs[0].start()
     try:
@@ -367,7 +382,7 @@ def run(
             proc = BrokerProcess(name, neighbours=[procs[-1].url])
             proc.start()
             procs.append(proc)
-        return asyncio.run(_bench(procs, subs, pubs, rate, seconds, data, apart))
+        return asyncio.run(_bench(procs, subs, pubs, rate, seconds, data, apart, compress))
     finally:
         for proc in procs:
             proc.stop()
@@ -387,13 +402,20 @@ def _usage_lines(r: dict[str, Any]) -> list[str]:
     }
     spent = ", ".join(f"{names.get(k, k)} {v:,.1f}" for k, v in cpu.items())
     parts = ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if k != "total")
-    return [
-        f"  per delivery: CPU {spent} us; bytes sent {sent['total']:,.0f} ({parts})",
-    ]
+    lines = [f"  per delivery: CPU {spent} us; bytes sent {sent['total']:,.0f} ({parts})"]
+    got = r.get("bytes_received_per_delivery") or {}
+    if "subscribers" in got:
+        lines.append(
+            f"  per delivery: the subscribers received {got['subscribers']:,.1f} bytes on the "
+            "wire (TCP's count)"
+        )
+    return lines
 
 
 def report(r: dict[str, Any]) -> str:
     where = "each in its own process" if r.get("subscribers_apart") else "in one process"
+    if r.get("compressed"):
+        where += ", compressed (permessage-deflate)"
     return "\n".join(
         [
             f"{r['brokers']}-broker chain (real processes, loopback), {r['subscriptions']:,} "

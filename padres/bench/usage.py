@@ -1,22 +1,37 @@
-"""What a benchmark's processes spend on a measured phase: CPU seconds and bytes sent.
+"""What a benchmark's processes spend on a measured phase: CPU seconds, bytes sent and received.
 
 CPU is read from ``/proc/<pid>/stat`` (user plus system time of every thread of the process,
-in clock ticks, usually 10 ms); bytes are what the servers count themselves (a broker's
-``sent_bytes`` in ``/health``, a nats-server's ``/connz``). A ``Meter`` takes both before and
-after the phase; ``per_delivery`` divides the difference by the deliveries it made.
+in clock ticks, usually 10 ms); bytes sent are what the servers count themselves (a broker's
+``sent_bytes`` in ``/health``, the messages' bytes before any compression; a nats-server's
+``/connz``, the payloads' bytes); bytes received are what the kernel counts on the TCP
+connections of some processes (``tcp_received``: everything on the wire above TCP, the
+WebSocket's or NATS' framing and compression included), the same way on every side. A
+``Meter`` takes them before and after the phase; ``per_delivery`` divides the difference by
+the deliveries it made.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
 
-__all__ = ["Meter", "Usage", "cpu_seconds", "get_json", "per_delivery", "processes"]
+__all__ = [
+    "Meter",
+    "Usage",
+    "cpu_seconds",
+    "get_json",
+    "per_delivery",
+    "processes",
+    "received",
+    "tcp_received",
+]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -37,6 +52,33 @@ def processes(roles: Mapping[str, Sequence[int]]) -> Callable[[], dict[str, floa
     return read
 
 
+def tcp_received(pids: Collection[int]) -> int:
+    """Bytes the open TCP connections of processes ``pids`` have received so far, as the
+    kernel counts them (``ss``'s ``bytes_received``: what TCP carried, without its headers)."""
+    listing = subprocess.run(
+        ["ss", "--tcp", "--info", "--processes", "--no-header"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    total, owned = 0, False
+    for line in listing.splitlines():
+        if not line[:1].isspace():  # a socket's line; its details follow, indented
+            owned = any(int(pid) in pids for pid in re.findall(r"pid=(\d+)", line))
+        elif owned and (found := re.search(r"\bbytes_received:(\d+)", line)):
+            total += int(found.group(1))
+    return total
+
+
+def received(roles: Mapping[str, Sequence[int]]) -> Callable[[], dict[str, int]]:
+    """Reads the bytes each role's processes have received on TCP so far (``tcp_received``)."""
+
+    def read() -> dict[str, int]:
+        return {role: tcp_received(set(pids)) for role, pids in roles.items()}
+
+    return read
+
+
 def get_json(url: str) -> Any:
     """The JSON document at ``url`` (a monitoring endpoint on this machine)."""
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -44,39 +86,51 @@ def get_json(url: str) -> Any:
 
 
 class Usage(NamedTuple):
-    """What a phase cost: CPU seconds by role, bytes sent by sender."""
+    """What a phase cost: CPU seconds by role, bytes sent by sender, bytes received by role."""
 
     cpu: dict[str, float]
     sent: dict[str, int]
+    received: dict[str, int]
+
+
+def _nothing() -> dict[str, int]:
+    return {}
 
 
 class Meter:
-    """Takes ``cpu`` (CPU seconds by role) and ``sent`` (bytes sent by sender) at ``start`` and
-    at ``stop``, which returns the difference."""
+    """Takes ``cpu`` (CPU seconds by role), ``sent`` (bytes sent by sender) and ``received``
+    (bytes received by role, if given) at ``start`` and at ``stop``, which returns the
+    difference."""
 
     def __init__(
-        self, cpu: Callable[[], dict[str, float]], sent: Callable[[], dict[str, int]]
+        self,
+        cpu: Callable[[], dict[str, float]],
+        sent: Callable[[], dict[str, int]],
+        received: Callable[[], dict[str, int]] = _nothing,
     ) -> None:
         self._cpu = cpu
         self._sent = sent
-        self._before = Usage({}, {})
+        self._received = received
+        self._before = Usage({}, {}, {})
 
     def start(self) -> None:
-        self._before = Usage(self._cpu(), self._sent())
+        self._before = Usage(self._cpu(), self._sent(), self._received())
 
     def stop(self) -> Usage:
-        cpu, sent = self._cpu(), self._sent()
+        before = self._before
+        cpu, sent, got = self._cpu(), self._sent(), self._received()
         return Usage(
-            {k: v - self._before.cpu.get(k, 0.0) for k, v in cpu.items()},
-            {k: v - self._before.sent.get(k, 0) for k, v in sent.items()},
+            {k: v - before.cpu.get(k, 0.0) for k, v in cpu.items()},
+            {k: v - before.sent.get(k, 0) for k, v in sent.items()},
+            {k: v - before.received.get(k, 0) for k, v in got.items()},
         )
 
 
 def per_delivery(usage: Usage, deliveries: int) -> dict[str, Any]:
-    """``usage`` as it stands, and per delivery: CPU in microseconds, bytes (``total``: every
-    sender's)."""
+    """``usage`` as it stands, and per delivery: CPU in microseconds, bytes sent (``total``:
+    every sender's), bytes received by role (if metered)."""
     n = max(deliveries, 1)
-    return {
+    out: dict[str, Any] = {
         "cpu_seconds": usage.cpu,
         "bytes_sent": usage.sent,
         "cpu_us_per_delivery": {k: v * 1e6 / n for k, v in usage.cpu.items()},
@@ -85,3 +139,7 @@ def per_delivery(usage: Usage, deliveries: int) -> dict[str, Any]:
             "total": sum(usage.sent.values()) / n,
         },
     }
+    if usage.received:
+        out["bytes_received"] = usage.received
+        out["bytes_received_per_delivery"] = {k: v / n for k, v in usage.received.items()}
+    return out

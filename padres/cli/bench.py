@@ -121,7 +121,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--apart",
         action="store_true",
         help="each subscriber client in a process of its own (default: all in this process, "
-        "beside the publisher)",
+        "beside the publisher); the bytes they receive are then counted too",
+    )
+    n.add_argument(
+        "--compress",
+        action="store_true",
+        help="the subscriber clients offer compression (permessage-deflate), which the "
+        "brokers accept",
     )
     data_and_json(n)
     n.set_defaults(run=run_network)
@@ -265,7 +271,15 @@ def run_hop(args: argparse.Namespace) -> int:
 
 
 def run_network(args: argparse.Namespace) -> int:
-    result = network.run(args.subs, args.pubs, args.rate, args.seconds, args.data, apart=args.apart)
+    result = network.run(
+        args.subs,
+        args.pubs,
+        args.rate,
+        args.seconds,
+        args.data,
+        apart=args.apart,
+        compress=args.compress,
+    )
     show(args, result, network.report)
     return 1 if result["duplicates"] else 0
 
