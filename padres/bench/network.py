@@ -21,11 +21,13 @@ such a process settles its garbage collector once subscribed, as a broker does
 Either way the throughput phase is metered (``padres.bench.usage``): the CPU seconds of the
 brokers and of the clients' processes, and the bytes each broker sent on all its connections
 (its ``sent_bytes``, before any compression) and the publisher sent to its broker, per
-delivery; with the subscribers apart, also the bytes they received on the wire (TCP's count,
-framing and compression included).
+delivery; and the bytes received on the wire (TCP's count, framing and compression
+included) by the brokers (what the publisher and the links carried, mostly) and, with the
+subscribers apart, by the subscribers.
 
 ``compress``: the subscriber clients offer compression (``Client(compress=True)``), which the
 brokers accept at their default level: what they receive is deflated (permessage-deflate).
+``compress_links``: the brokers compress their links too (``--compress-links``).
 """
 
 from __future__ import annotations
@@ -343,11 +345,11 @@ async def _bench(
             await publisher.publish_many(chunk)
 
         broker_pids = [p.pid for p in brokers if p.pid is not None]
-        wire: dict[str, list[int]] = {}
+        wire = {"servers": broker_pids}
         if apart:
             subscribers = [c.pid for c in counters if isinstance(c, Apart)]
             roles = {"servers": broker_pids, "subscribers": subscribers, "publisher": [os.getpid()]}
-            wire = {"subscribers": subscribers}
+            wire["subscribers"] = subscribers
         else:
             roles = {"servers": broker_pids, "clients": [os.getpid()]}
         meter = Meter(processes(roles), _sent(brokers, dialler), received(wire))
@@ -372,17 +374,20 @@ def run(
     *,
     apart: bool = False,
     compress: bool = False,
+    compress_links: bool = False,
 ) -> dict[str, Any]:
     """The chain's figures; ``apart``: each subscriber client in a process of its own;
-    ``compress``: the subscribers' connections compressed."""
+    ``compress``: the subscribers' connections compressed; ``compress_links``: the links."""
     procs = [BrokerProcess("B1")]
     procs[0].start()
+    options = ["--compress-links"] if compress_links else []
     try:
         for name in ("B2", "B3"):
-            proc = BrokerProcess(name, neighbours=[procs[-1].url])
+            proc = BrokerProcess(name, neighbours=[procs[-1].url], options=options)
             proc.start()
             procs.append(proc)
-        return asyncio.run(_bench(procs, subs, pubs, rate, seconds, data, apart, compress))
+        figures = asyncio.run(_bench(procs, subs, pubs, rate, seconds, data, apart, compress))
+        return {**figures, "links_compressed": compress_links}
     finally:
         for proc in procs:
             proc.stop()
@@ -404,11 +409,13 @@ def _usage_lines(r: dict[str, Any]) -> list[str]:
     parts = ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if k != "total")
     lines = [f"  per delivery: CPU {spent} us; bytes sent {sent['total']:,.0f} ({parts})"]
     got = r.get("bytes_received_per_delivery") or {}
-    if "subscribers" in got:
-        lines.append(
-            f"  per delivery: the subscribers received {got['subscribers']:,.1f} bytes on the "
-            "wire (TCP's count)"
-        )
+    if got:
+        whom = {
+            "servers": "servers (from the publisher and the links)",
+            "subscribers": "subscribers",
+        }
+        took = ", ".join(f"{whom.get(k, k)} {v:,.1f}" for k, v in got.items())
+        lines.append(f"  per delivery: bytes received on the wire (TCP's count): {took}")
     return lines
 
 
@@ -416,6 +423,8 @@ def report(r: dict[str, Any]) -> str:
     where = "each in its own process" if r.get("subscribers_apart") else "in one process"
     if r.get("compressed"):
         where += ", compressed (permessage-deflate)"
+    if r.get("links_compressed"):
+        where += "; links compressed"
     return "\n".join(
         [
             f"{r['brokers']}-broker chain (real processes, loopback), {r['subscriptions']:,} "

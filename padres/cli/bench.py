@@ -129,6 +129,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="the subscriber clients offer compression (permessage-deflate), which the "
         "brokers accept",
     )
+    n.add_argument(
+        "--compress-links",
+        action="store_true",
+        help="the brokers compress the links between them (--compress-links)",
+    )
     data_and_json(n)
     n.set_defaults(run=run_network)
     h = benches.add_parser("hop", help="one broker core of the chain: CPU per publication")
@@ -279,6 +284,7 @@ def run_network(args: argparse.Namespace) -> int:
         args.data,
         apart=args.apart,
         compress=args.compress,
+        compress_links=args.compress_links,
     )
     show(args, result, network.report)
     return 1 if result["duplicates"] else 0

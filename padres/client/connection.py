@@ -444,7 +444,7 @@ class Client:
         see ``attached``). ``compress``: offer the broker permessage-deflate, the WebSocket's
         compression: about ten times fewer bytes each way for a few microseconds of CPU per
         message on both sides; worth it over a WAN or a metered link, not on loopback
-        (docs/client.md, "Compression").
+        (docs/protocol.md, "Compression").
 
         ``url``: a broker's endpoint, or several brokers' of one overlay, tried in turn when
         connecting and reconnecting (failing over from one that is lost to the next); the
