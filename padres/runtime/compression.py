@@ -9,8 +9,8 @@ notification of about 290 bytes takes about 31 at level 1 in frames of 20 (docs/
 Level 1 is the cheapest and gives most of what deflate can; higher levels cost two or three
 times the CPU for a sixth fewer bytes. The window is 4 KiB (12 bits) and the memory level 5,
 as the ``websockets`` library sets them by default: a compressing connection holds about
-32 KiB of zlib state each way rather than the 256 KiB of zlib's defaults, for a few bytes more
-per message.
+32 KiB of zlib state to deflate rather than the 256 KiB of zlib's defaults, and a few KiB to
+inflate, for a few bytes more per message.
 
 The limit on a frame's size (``max_size``) applies to the frame once inflated: a small
 compressed frame that would inflate beyond it is refused as it is decompressed (close code
