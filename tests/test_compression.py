@@ -24,6 +24,7 @@ from padres.model.protocol import Notify
 from padres.runtime.compression import client_extensions, server_extensions
 from padres.runtime.node import BrokerNode, Limits
 from padres.testing.cluster import cluster
+from padres.testing.processes import BrokerProcess
 
 QUOTE = "[class,eq,'Quote'],[n,isPresent,0],[symbol,isPresent,'']"
 
@@ -195,3 +196,15 @@ async def test_a_link_is_compressed_when_its_broker_offers_it(
 
 async def test_a_link_is_not_compressed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert await _linked(monkeypatch, compress_links=False) == []
+
+
+async def test_the_broker_command_sets_the_level_or_turns_compression_off(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    brokers["B1"] = BrokerProcess("B1", options=["--compression", "0"])
+    brokers["B2"] = BrokerProcess("B2", options=["--compression", "9"])
+    off, nine = brokers["B1"].start(), brokers["B2"].start()
+    async with Client(off, "a", compress=True) as a, Client(nine, "b", compress=True) as b:
+        assert not _compressed(a)
+        assert _compressed(b)
+        assert await b.query("subscriptions") == ()
