@@ -25,6 +25,9 @@ this side was reading. A pong that waits behind frames this side has not read ye
 publisher held back by flow control, a busy broker) does not count against the peer; socket
 buffers are kept small so that such a wait stays short.
 
+Compression: a connection whose peer offers permessage-deflate gets it, at the node's level
+(``padres.runtime.compression``); the node offers it to the neighbours it dials if told to.
+
 Measures: besides, every link is measured several times a second by pings that take the
 data's way, through the send queues (``padres.runtime.probe``); the node answers a
 neighbour's as it reads them, and hands its own measures to the core
@@ -229,7 +232,6 @@ class BrokerNode:
         self.heartbeat = heartbeat
         self.limits = limits or Limits()
         self.tls = tls
-        self.compression = compression
         self._server_extensions = server_extensions(compression)  # refuses a bad level now
         self._link_extensions = client_extensions(compression if compress_links else None)
         if tls is not None:
