@@ -563,8 +563,8 @@ def _publication(ident: str, publisher: str, stamp: str, attributes: str) -> Pub
 
 def _publications(rows: Sequence[Sequence[Any]]) -> list[Publication]:
     """The publications of rows read for a query, built without checking the rules of the
-    language again: they were checked before they were stored, and a broker checks what a
-    database node sends it (this takes building one from 7 to 2 µs)."""
+    language again: a broker checked them before they were stored (this takes building one
+    from 7 to 2 µs), and a broker takes a node's answers without checking them again."""
     with checked_before():
         return [_publication(*row) for row in rows]
 

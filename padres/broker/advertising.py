@@ -257,6 +257,10 @@ class Advertising:
         self.journal.forget_tree(session.name, aid)
         return [*self.withdraw(gid, now), (session.hop, Ok(aid))]
 
+    def offers_from(self, hop: str) -> bool:
+        """Whether the client on ``hop`` has a replay offer standing."""
+        return hop in self._offers.values()
+
     def offer(self, offer: ReplayOffer, session: Session) -> list[Out]:
         adv = offer.advertisement
         if adv.id in session.advertisements:

@@ -310,6 +310,11 @@ class Broker:
         """Whether the connection ``hop`` has been accepted (its ``hello`` taken)."""
         return hop in self._sessions or hop in self._peers
 
+    def replays(self, hop: str) -> bool:
+        """Whether the client on ``hop`` has offered to replay what it stores (a database or
+        an archive node)."""
+        return self.advertising.offers_from(hop)
+
     def publishes(self, hop: str) -> bool:
         """Whether the client on ``hop`` has advertised (flow control holds back publishers
         only: a subscriber's acknowledgements must always get through)."""

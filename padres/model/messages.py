@@ -813,9 +813,10 @@ def checked_before(checked: bool = True) -> Iterator[None]:
     ``checked``): their fields' types are still checked (the codec does), the rules of the
     language are not again.
 
-    For what a client reads from its broker, a broker from a neighbour it dialled, and a
-    broker from its own journal; never for what a client sends to a broker. The rules cost
-    about three quarters of decoding a publication."""
+    For what a client reads from its broker, a broker from a neighbour it dialled, from its
+    own journal, and from a replay node's answers (publications the node stored from a broker
+    that checked them: ``padres.runtime.node``); never for what else a client sends to a
+    broker. The rules cost about three quarters of decoding a publication."""
     token = _CHECKED.set(checked)
     try:
         yield

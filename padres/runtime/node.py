@@ -74,6 +74,8 @@ from padres.model.protocol import (
     LinkPong,
     Query,
     Rejected,
+    ReplayBatch,
+    ReplayEnd,
     RoutePublish,
     decode_frame,
     websocket_url,
@@ -121,6 +123,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PENALISED: Final = 10_000
 """Addresses remembered for a connection disconnected for refused messages, at most."""
 REFUSED_TOO_OFTEN: Final = "too many refused requests"
+_ANSWERS: Final = (b'[{"type":"replay_batch",', '[{"type":"replay_batch",')
+"""How a replay node's frame of answers begins (``Client.answer``), as bytes and as text.
+
+The publications of such a frame, from a client with a replay offer standing, are decoded
+without checking the rules of the language again (``checked_before``), as a dialled
+neighbour's are: the node read them from its store, which took them from a broker that had
+checked them. Their types are checked all the same, its replay grants too (``Guard``), and a
+frame that turns out to hold anything but answers is decoded again with every check."""
+_ANSWER_TYPES: Final = frozenset({ReplayBatch, ReplayEnd})
 """The reason given when a client connection is closed for ``Limits.refusals_slowed``."""
 
 
@@ -927,12 +938,14 @@ class BrokerNode:
     def _decode(self, hop: str, data: bytes | str) -> Sequence[Envelope | Rejected]:
         """The messages of a frame; none, and an ``error`` to ``hop``, if it is refused."""
         connection = self._connections.get(hop)
+        dialled = connection is not None and connection.dialled
+        answers = not dialled and data[: len(_ANSWERS[0])] in _ANSWERS and self.broker.replays(hop)
         try:
             items = decode_frame(
-                data,
-                max_bytes=self.limits.frame_bytes,
-                checked=connection is not None and connection.dialled,
+                data, max_bytes=self.limits.frame_bytes, checked=dialled or answers
             )
+            if answers and not all(type(item) in _ANSWER_TYPES for item in items):
+                items = decode_frame(data, max_bytes=self.limits.frame_bytes)
         except DecodeError as exc:
             self._refuse_frame(hop, f"frame refused: {exc}")
             return []
