@@ -18,6 +18,7 @@ from padres.cli.addresses import DEFAULT_BROKER
 from padres.cli.credentials import add_credential_options, credentials
 from padres.cli.detach import add_detach_option, announce
 from padres.cli.figures import data_and_json, show
+from padres.cli.inputs import positive
 from padres.cli.logs import add_log_options
 from padres.cli.settings import add_settings_options
 from padres.errors import CommandError, InvalidMessage, ParseError
@@ -271,6 +272,28 @@ def register_benchmarks(benches: Any) -> None:
     r.add_argument("--count", type=int, default=1_000_000, help="publications to store")
     r.add_argument("--rate", type=float, default=100_000, help="publishing rate cap, per second")
     r.add_argument("--url", help="the database node's URL (default: a fresh SQLite file)")
+    r.add_argument(
+        "--peer",
+        choices=["jetstream"],
+        help="also measure NATS JetStream in the same run: the query in turns (medians and "
+        "their ratio), the ingest with each side's durability promise",
+    )
+    r.add_argument(
+        "--rounds", type=positive(int), default=10, help="with --peer: rounds of the query"
+    )
+    r.add_argument(
+        "--synced-count",
+        type=positive(int),
+        default=20_000,
+        help="with --peer: publications for JetStream's acknowledged ingest, synced each write "
+        "and not (default 20,000)",
+    )
+    r.add_argument(
+        "--nats-server",
+        default="nats-server",
+        metavar="PATH",
+        help="with --peer: the nats-server executable (2.10 or later to sync each write)",
+    )
     data_and_json(r)
     r.set_defaults(run=run_replay_bench)
     e = benches.add_parser(
@@ -322,6 +345,22 @@ def run_history_bench(args: argparse.Namespace) -> int:
 
 
 def run_replay_bench(args: argparse.Namespace) -> int:
+    if args.peer is not None:
+        from historic.bench import jetstream
+
+        compared = jetstream.run(
+            args.count,
+            args.rate,
+            args.data,
+            args.url,
+            args.rounds,
+            args.synced_count,
+            args.nats_server,
+        )
+        show(args, compared, jetstream.report)
+        expected = compared["query_expected"]
+        sides = [compared["padres"], compared["JetStream"] or {"rows": []}]
+        return 0 if all(n == expected for side in sides for n in side["rows"]) else 1
     from historic.bench import replay
 
     result = replay.run(args.count, args.rate, args.data, args.url)

@@ -84,7 +84,19 @@ from padres.model.messages import Filter, Publication, Subscription
 from padres.testing.processes import free_ports, wait_for_port
 from rete import Test
 
-__all__ = ["PROMISES", "SETTINGS", "NatsCluster", "nats_missing", "report", "run"]
+__all__ = [
+    "PROMISES",
+    "SETTINGS",
+    "SYNCED_SINCE",
+    "NatsCluster",
+    "ingest_strong",
+    "ingested",
+    "nats_missing",
+    "nats_version",
+    "read_strong",
+    "report",
+    "run",
+]
 
 PADRES = "padres chain of 3"
 PADRES_APART = "padres chain of 3, subscribers apart"
@@ -140,14 +152,22 @@ max_pending: 1073741824
 {extra}
 """
 _CLUSTER = 'cluster {{ name: "bench", listen: "127.0.0.1:{port}", routes: [{routes}] }}'
-_JETSTREAM = 'jetstream {{ store_dir: "{store}" }}'
+_JETSTREAM = 'jetstream {{ store_dir: "{store}"{sync} }}'
+SYNCED_SINCE: Final = (2, 10)
+"""The first nats-server version with ``sync_interval`` (``always``: an fsync at each write)."""
 
 
-def nats_missing() -> str | None:
-    """Why NATS cannot be measured here, or None."""
-    if shutil.which("nats-server") is None:
-        return "no nats-server executable on the PATH (Debian: apt-get install nats-server)"
+def nats_missing(server: str = "nats-server") -> str | None:
+    """Why NATS cannot be measured here with the executable ``server``, or None."""
+    if shutil.which(server) is None:
+        return f"no {server} executable on the PATH (Debian: apt-get install nats-server)"
     return None
+
+
+def nats_version(server: str = "nats-server") -> tuple[int, ...]:
+    """The version of the nats-server executable ``server`` (``nats-server: v2.9.10``)."""
+    out = subprocess.run([server, "--version"], capture_output=True, text=True, check=True)
+    return tuple(int(part) for part in out.stdout.split("v")[-1].strip().split(".")[:3])
 
 
 class NatsCluster(contextlib.AbstractContextManager["NatsCluster"]):
@@ -155,9 +175,20 @@ class NatsCluster(contextlib.AbstractContextManager["NatsCluster"]):
     if asked (on a single server: JetStream on a cluster needs a quorum of its own). Each
     serves its monitoring endpoints (``monitors``: ``/connz``, ``/routez``...)."""
 
-    def __init__(self, size: int, *, jetstream: bool = False) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        jetstream: bool = False,
+        synced: bool = False,
+        server: str = "nats-server",
+    ) -> None:
+        """``synced``: JetStream syncs each write to disk (``sync_interval: always``, from
+        nats-server 2.10; the default syncs every 2 minutes); ``server``: the executable."""
         self.size = size
         self.jetstream = jetstream
+        self.synced = synced
+        self.server = server
         self.urls: list[str] = []
         self.monitors: list[str] = []
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -178,7 +209,11 @@ class NatsCluster(contextlib.AbstractContextManager["NatsCluster"]):
                 routes = ", ".join(f'"nats-route://127.0.0.1:{c}"' for c in clusters[:i])
                 extra = [
                     _CLUSTER.format(port=clusters[i], routes=routes) if self.size > 1 else "",
-                    _JETSTREAM.format(store=store) if self.jetstream else "",
+                    _JETSTREAM.format(
+                        store=store, sync=", sync_interval: always" if self.synced else ""
+                    )
+                    if self.jetstream
+                    else "",
                 ]
                 text = _CONFIG.format(
                     port=port, http=https[i], name=f"n{i}", extra="\n".join(extra)
@@ -186,7 +221,7 @@ class NatsCluster(contextlib.AbstractContextManager["NatsCluster"]):
                 config.write_text(text)
                 self._procs.append(
                     subprocess.Popen(
-                        ["nats-server", "-c", str(config)],
+                        [self.server, "-c", str(config)],
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
@@ -376,7 +411,7 @@ def _live(
     return out
 
 
-async def _ingested(js: Any, count: int, timeout: float = 600) -> None:
+async def ingested(js: Any, count: int, timeout: float = 600) -> None:
     """Wait until the stream holds ``count`` messages."""
     deadline = time.perf_counter() + timeout
     while (held := (await js.stream_info("STOCK")).state.messages) < count:
@@ -401,7 +436,7 @@ async def _jetstream(url: str, pubs: list[Publication], repeat: int) -> dict[str
             for pub in pubs[i : i + 500]:
                 await nc.publish(_subject(pub), encode(pub))
             await nc.flush()
-        await _ingested(js, len(pubs))
+        await ingested(js, len(pubs))
         ingest = time.perf_counter() - started
         times, rows = [], 0
         for _ in range(repeat):
@@ -442,7 +477,7 @@ async def _read_range(
         await sub.unsubscribe()
 
 
-async def _ingest_strong(nc: Nats, pubs: list[Publication], acked: bool) -> datetime:
+async def ingest_strong(nc: Nats, pubs: list[Publication], acked: bool) -> datetime:
     """Publish ``pubs`` into the stream as fast as the publisher can: without waiting, or
     awaiting ``js.publish``'s acknowledgements 1,000 at a time (``acked``). Returns a time
     before the first publication of the selected range was stored."""
@@ -464,7 +499,7 @@ async def _ingest_strong(nc: Nats, pubs: list[Publication], acked: bool) -> date
     return start_time
 
 
-async def _read_strong(
+async def read_strong(
     js: Any, flt: Filter, since: datetime, until: datetime, start_time: datetime
 ) -> int:
     """The range read by an ordered push consumer from ``start_time``, decoding with msgspec
@@ -510,13 +545,13 @@ async def _jetstream_strong(
         js = nc.jetstream()
         await js.add_stream(name="STOCK", subjects=["STOCK.>"], storage=StorageType.FILE)
         started = time.perf_counter()
-        start_time = await _ingest_strong(nc, pubs, acked)
-        await _ingested(js, len(pubs))
+        start_time = await ingest_strong(nc, pubs, acked)
+        await ingested(js, len(pubs))
         ingest = time.perf_counter() - started
         times, rows = [], 0
         for _ in range(repeat):
             t0 = time.perf_counter()
-            rows = await _read_strong(js, flt, since, until, start_time)
+            rows = await read_strong(js, flt, since, until, start_time)
             times.append(time.perf_counter() - t0)
         return {
             "ingest_per_second": len(pubs) / ingest,

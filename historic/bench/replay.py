@@ -13,11 +13,13 @@ node's peak resident memory is read from ``/proc`` at the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from historic.bench.history import publications, selection
 from historic.errors import StoreError
@@ -25,18 +27,20 @@ from historic.store import Store
 from padres.bench import machine
 from padres.bench.workloads import STOCK_ADVERTISEMENT
 from padres.client.connection import Client
+from padres.model.messages import Publication
 from padres.model.printer import format_filter
 from padres.testing.processes import BrokerProcess, DatabaseProcess
 
-__all__ = ["report", "run"]
+__all__ = ["Node", "ingest", "node", "peak_mib", "query", "replayed", "report", "run"]
 
 
-async def _drive(
-    url: str, store: Store, count: int, rate: float, data: Path | None
-) -> dict[str, Any]:
-    pubs = publications(count, data)
-    flt, since, until = selection(pubs)
-    async with Client(url, "ticker") as ticker, Client(url, "analyst") as analyst:
+async def ingest(
+    url: str, store: Store, pubs: list[Publication], rate: float
+) -> tuple[float, float]:
+    """Publish ``pubs`` through the broker at ``url``, at up to ``rate`` per second, in frames
+    of 500; returns the seconds publishing took and those until ``store`` held them all."""
+    count = len(pubs)
+    async with Client(url, "ticker") as ticker:
         await ticker.advertise(STOCK_ADVERTISEMENT)
         started = time.perf_counter()
         for i in range(0, count, 500):
@@ -49,16 +53,35 @@ async def _drive(
         while stored < count:
             await asyncio.sleep(0.2)
             stored = await asyncio.to_thread(store.count)
-        ingest = time.perf_counter() - started
-        text = (
-            f"{format_filter(flt)},[time,>=,'{since.isoformat()}'],[time,<,'{until.isoformat()}']"
-        )
-        times, rows = [], 0
+        return published, time.perf_counter() - started
+
+
+def query(pubs: list[Publication]) -> str:
+    """The historic subscription of the 1% selection of ``pubs`` (``selection``)."""
+    flt, since, until = selection(pubs)
+    return f"{format_filter(flt)},[time,>=,'{since.isoformat()}'],[time,<,'{until.isoformat()}']"
+
+
+async def replayed(analyst: Client, text: str) -> tuple[float, int]:
+    """Subscribe to ``text`` (a historic subscription) and take every result: the seconds to
+    its ``ReplayDone``, and the results."""
+    started = time.perf_counter()
+    handle = await analyst.subscribe(text)
+    rows = len([d async for d in handle])
+    return time.perf_counter() - started, rows
+
+
+async def _drive(
+    url: str, store: Store, count: int, rate: float, data: Path | None
+) -> dict[str, Any]:
+    pubs = publications(count, data)
+    flt, since, until = selection(pubs)
+    published, ingested = await ingest(url, store, pubs, rate)
+    times, rows = [], 0
+    async with Client(url, "analyst") as analyst:
         for _ in range(3):
-            t0 = time.perf_counter()
-            handle = await analyst.subscribe(text)
-            rows = len([d async for d in handle])
-            times.append(time.perf_counter() - t0)
+            seconds, rows = await replayed(analyst, query(pubs))
+            times.append(seconds)
     direct = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -68,13 +91,46 @@ async def _drive(
         "machine": machine(),
         "publications": count,
         "publish_seconds": published,
-        "ingest_seconds": ingest,
-        "ingest_per_second": count / ingest,
+        "ingest_seconds": ingested,
+        "ingest_per_second": count / ingested,
         "query_rows": rows,
         "query_expected": expected,
         "replay_seconds": statistics.median(times),
         "store_query_seconds": statistics.median(direct),
     }
+
+
+class Node(NamedTuple):
+    """A broker and a database node behind it, as processes (``node``)."""
+
+    url: str
+    """The broker's."""
+    store: Store
+    """The node's store, opened in this process too."""
+    broker_pid: int
+    node_pid: int
+
+
+@contextlib.contextmanager
+def node(url: str | None = None) -> Iterator[Node]:
+    """A broker and a database node storing ``[class,eq,'STOCK']`` as processes, on a fresh
+    SQLite file or the empty database at ``url``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db_url = url or f"sqlite:///{tmp}/replay.sqlite"
+        store = Store(db_url)
+        if store.count():
+            store.close()
+            raise StoreError(f"the store at {url} is not empty: the benchmark needs an empty one")
+        broker = BrokerProcess("B1")
+        db = DatabaseProcess("DB1", broker.start(), db_url, stores=["[class,eq,'STOCK']"])
+        try:
+            db.start()
+            assert broker.pid is not None and db.pid is not None
+            yield Node(broker.url, store, broker.pid, db.pid)
+        finally:
+            store.close()
+            db.stop()
+            broker.stop()
 
 
 def run(
@@ -83,28 +139,14 @@ def run(
     data: Path | None = None,
     url: str | None = None,
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        db_url = url or f"sqlite:///{tmp}/replay.sqlite"
-        store = Store(db_url)
-        if store.count():
-            store.close()
-            raise StoreError(f"the store at {url} is not empty: the benchmark needs an empty one")
-        broker = BrokerProcess("B1")
-        broker_url = broker.start()
-        db = DatabaseProcess("DB1", broker_url, db_url, stores=["[class,eq,'STOCK']"])
-        try:
-            db.start()
-            result = asyncio.run(_drive(broker_url, store, count, rate, data))
-            result["store"] = store.dialect
-            result["node_peak_mib"] = _peak_mib(db.pid)
-            return result
-        finally:
-            store.close()
-            db.stop()
-            broker.stop()
+    with node(url) as stack:
+        result = asyncio.run(_drive(stack.url, stack.store, count, rate, data))
+        result["store"] = stack.store.dialect
+        result["node_peak_mib"] = peak_mib(stack.node_pid)
+        return result
 
 
-def _peak_mib(pid: int | None) -> float | None:
+def peak_mib(pid: int | None) -> float | None:
     """A process's peak resident memory (``VmHWM``), in MiB, where ``/proc`` tells it."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
