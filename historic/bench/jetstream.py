@@ -12,11 +12,14 @@ neither side's collections walk the harness's million publications.
 
 - padres: a broker and a database node (``historic.bench.replay.node``); the ingest publishes
   through the broker and counts until the store holds the last one; the query is a historic
-  subscription, timed to its ``ReplayDone``.
+  subscription whose results a callback takes, timed to its ``ReplayDone``.
 - JetStream: a nats-server of its own with JetStream (file storage) and the strong reader of
   ``padres bench peers`` (``peers.read_strong``: an ordered push consumer from the range's start
-  time, msgspec decoding, the filter's Rete tests); its stream is filled without waiting for
-  acknowledgements (``peers.ingest_strong``).
+  time, msgspec decoding, the filter's Rete tests, in the subscription's callback); its stream
+  is filled without waiting for acknowledgements (``peers.ingest_strong``).
+
+The CPU a query costs is read from ``/proc`` for each side's processes (this one, the broker and
+the node; this one and the nats-server): on a loaded machine it moves less than the time.
 
 Ingest with the same promise: padres' figure is durable (an fsync at each commit); JetStream's
 acknowledgements promise only the page cache unless the server syncs each write
@@ -48,12 +51,12 @@ __all__ = ["PROMISES", "SETTINGS", "report", "run"]
 
 SETTINGS: Final = {
     "padres": "a broker and a database node (padres db, SQLite, WAL) as processes; the "
-    "publisher sends frames of 500 through the broker; the query is a historic subscription "
-    "timed to its ReplayDone",
+    "publisher sends frames of 500 through the broker; the query is a historic subscription, "
+    "its results taken by a callback, timed to its ReplayDone",
     "JetStream": "one nats-server of its own, JetStream file storage, one stream STOCK.>; "
     "filled by plain publishes, one flush at the end; read by an ordered push consumer from "
     "the range's start time, msgspec into a quote struct, the filter's Rete tests, stopping at "
-    "the first publication past the range",
+    "the first publication past the range, in its callback",
     "harness": "both clients in this process, in turns; its garbage collector settled once "
     "the publications are loaded (as a broker's)",
 }
