@@ -123,6 +123,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PENALISED: Final = 10_000
 """Addresses remembered for a connection disconnected for refused messages, at most."""
 REFUSED_TOO_OFTEN: Final = "too many refused requests"
+"""The reason given when a client connection is closed for ``Limits.refusals_slowed``."""
 _ANSWERS: Final = (b'[{"type":"replay_batch",', '[{"type":"replay_batch",')
 """How a replay node's frame of answers begins (``Client.answer``), as bytes and as text.
 
@@ -132,7 +133,6 @@ neighbour's are: the node read them from its store, which took them from a broke
 checked them. Their types are checked all the same, its replay grants too (``Guard``), and a
 frame that turns out to hold anything but answers is decoded again with every check."""
 _ANSWER_TYPES: Final = frozenset({ReplayBatch, ReplayEnd})
-"""The reason given when a client connection is closed for ``Limits.refusals_slowed``."""
 
 
 @dataclass(frozen=True, slots=True)
