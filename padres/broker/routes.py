@@ -39,7 +39,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import lru_cache
 from itertools import islice
 from operator import attrgetter
 from typing import Final, Literal, NamedTuple, TypeAlias
@@ -47,7 +46,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 from padres.broker.groups import Groups
 from padres.broker.merging import Mergers, Merging, Slot
 from padres.broker.trees import Trees
-from padres.matching.matcher import checks, passes
+from padres.matching.matcher import Checks, checks, passes
 from padres.matching.relations import EqKey, covering, covers, eq_key, overlaps
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.messages import Filter, Publication, Subscription
@@ -182,6 +181,9 @@ class Routes:
         """The ids of the members the routing network does not hold (hidden in their group)."""
         self.trusted = 0
         """Publications from neighbours routed by the neighbour's match (``known``)."""
+        self._tried: dict[tuple[str, Slot], tuple[tuple[str, Checks], ...]] = {}
+        """What ``_uncovered`` tries behind a route at a slot (``_behind``), until the routing
+        changes."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -547,20 +549,27 @@ class Routes:
 
     def _uncovered(self, pub: Publication, slot: Slot, known: Iterable[str]) -> list[str]:
         """``known``, and the routes hidden at ``slot`` behind them that ``pub`` matches (a
-        hidden route is matched only where the one covering it is; members hidden in their
-        group need not be: their group's matched members stand for them)."""
-        routes, unmatched = self._routes, self._unmatched
+        hidden route is matched only where the one covering it is)."""
         matched = list(known)
+        tried = self._tried
         for sid in matched[:]:
-            route = routes.get(sid)
-            hidden = None if route is None else route.hides.get(slot)
-            if hidden:
-                matched += [
-                    h
-                    for h in hidden
-                    if h not in unmatched and passes(_checks(routes[h].sub.filter), pub)
-                ]
+            behind = tried.get((sid, slot))
+            if behind is None:
+                behind = tried[sid, slot] = self._behind(sid, slot)
+            for hidden, tests in behind:
+                if passes(tests, pub):
+                    matched.append(hidden)
         return matched
+
+    def _behind(self, sid: str, slot: Slot) -> tuple[tuple[str, Checks], ...]:
+        """The routes hidden at ``slot`` behind route ``sid`` that may need trying, with the
+        tests of their filters: not the members hidden in their group, whose group's matched
+        members stand for them."""
+        route = self._routes.get(sid)
+        hidden = () if route is None else route.hides.get(slot, ())
+        return tuple(
+            (h, checks(self._routes[h].sub.filter)) for h in hidden if h not in self._unmatched
+        )
 
     def _insert(self, route: Route) -> None:
         self._routes[route.id] = route
@@ -595,6 +604,8 @@ class Routes:
 
     def _refresh(self, route: Route) -> list[Out]:
         """Bring the route's forwarding in line with what it wants now; drop it when unused."""
+        if self._tried:
+            self._tried = {}
         wanted = self._wanted(route)
         out: list[Out] = []
         for slot in sorted(route.sent - wanted):
@@ -675,6 +686,8 @@ class Routes:
 
     def _forget_slots(self, route: Route, gone: Callable[[Slot], bool]) -> None:
         """Forget slots that no longer exist (their neighbour or tree is gone): nothing to send."""
+        if self._tried:
+            self._tried = {}
         for slot in [s for s in route.sent if gone(s)]:
             self._unindex(route, slot)
             self.mergers.forget(slot, route.id)
@@ -707,8 +720,6 @@ class Routes:
         ]
 
 
-_checks: Final = lru_cache(maxsize=1 << 14)(checks)
-"""The tests of the filters of hidden routes (``Routes._uncovered``)."""
 _RANKS: Final = (1 << 64) - 1
 """The bits of ``Route.order`` that hold the order a route was made in."""
 _ORDER: Final = attrgetter("order")

@@ -413,6 +413,7 @@ class BrokerNode:
             "forwarded": b.routes.forwarded(),
             "merged": b.routes.mergers.statistics()._asdict(),
             "unwanted": b.routes.unwanted,
+            "trusted": b.routes.trusted,
             "received": self._pump.received,
             "rejected": self._pump.rejected + self._refused,
             **totals._asdict(),
