@@ -30,28 +30,23 @@ from padres.bench import machine
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.language.parser import parse_advertisement
 from padres.model.codec import encode, encode_frame
-from padres.model.messages import Subscription
+from padres.model.messages import Publication, Subscription
 from padres.model.protocol import Envelope, Subscribe, decode_frame
 from padres.runtime import collector
 from padres.runtime.pump import Pump
 from padres.runtime.simulation import Simulation
 
-__all__ = ["report", "run"]
+__all__ = ["chain", "report", "run"]
 
 FRAME = 500
 """Publications a frame."""
 
 
-def run(
-    subs: int = 10_000,
-    pubs: int = 20_000,
-    repeat: int = 7,
-    broker: str = "B2",
-    plain: bool = False,
-    data: Path | None = None,
-) -> dict[str, Any]:
-    every = stock_publications(data)
-    quotes = every[:pubs]
+def chain(subs: int, every: list[Publication], plain: bool = False) -> Simulation:
+    """The chain of ``padres bench network`` in the simulation, its subscriptions and the
+    publisher's advertisement made: the subscriber client at B1, B2, B3 is ``sub0``, ``sub1``,
+    ``sub2``, each holding its third of the workload as group ``g`` (``plain``: one
+    subscription per filter)."""
     workload = list(stock_subscriptions(subs, every, seed=1))  # as padres bench network's
     sim = Simulation(seed=1)
     for name in ("B1", "B2", "B3"):
@@ -68,19 +63,33 @@ def run(
             group = Subscribe(Subscription(f"g.{sub.id}", sub.filter), group="g")
             sim.send(client, sub if plain else group)
         sim.run()
-    chain = ["B1", "B2", "B3"][: int(broker[1:])]
+    return sim
+
+
+def run(
+    subs: int = 10_000,
+    pubs: int = 20_000,
+    repeat: int = 7,
+    broker: str = "B2",
+    plain: bool = False,
+    data: Path | None = None,
+) -> dict[str, Any]:
+    every = stock_publications(data)
+    quotes = every[:pubs]
+    sim = chain(subs, every, plain)
+    path = ["B1", "B2", "B3"][: int(broker[1:])]
     sources = ["publisher"] + [
         next(h for h, n in sim.brokers[b].peers.items() if n == a)
-        for a, b in itertools.pairwise(chain)
+        for a, b in itertools.pairwise(path)
     ]
-    pumps = [Pump(sim.brokers[b], lambda outs: None) for b in chain]
+    pumps = [Pump(sim.brokers[b], lambda outs: None) for b in path]
     collector.freeze()
     runs: list[tuple[float, float, float]] = []
     for round_ in range(repeat):
         messages: list[Any] = [
             replace(q, id=f"r{round_}p{i}", publisher="publisher@B1") for i, q in enumerate(quotes)
         ]
-        for pump, source, next_broker in zip(pumps, sources, chain[1:], strict=False):
+        for pump, source, next_broker in zip(pumps, sources, path[1:], strict=False):
             messages = _passed(pump, source, messages, sim, next_broker)
         pump, source = pumps[-1], sources[-1]
         frames = [encode_frame(messages[i : i + FRAME]) for i in range(0, len(messages), FRAME)]

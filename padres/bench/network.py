@@ -58,7 +58,7 @@ from padres.model.protocol import Error, Notify
 from padres.runtime import collector
 from padres.testing.processes import BrokerProcess
 
-__all__ = ["Counted", "Counter", "Work", "measure", "report", "run", "settled"]
+__all__ = ["Counted", "Counter", "Deliveries", "Work", "measure", "report", "run", "settled"]
 
 
 class Counter(Protocol):
@@ -74,7 +74,7 @@ class Counter(Protocol):
     def reset(self) -> None: ...
 
 
-class _Counter:
+class Deliveries:
     """Counts one client's deliveries, and publications delivered twice. The client holds
     its share of the subscriptions as one ``subscribe_many`` group, whose handler is called
     once per publication (as a NATS subscriber matching its own share counts each quote
@@ -268,7 +268,7 @@ def _subscriber(
     conn: Connection, url: str, name: str, share: list[bytes], compress: bool = False
 ) -> None:
     """A subscriber client in a process of its own: subscribes ``share`` (encoded
-    subscriptions) and counts as ``_Counter`` does, steered through ``conn``; ``compress``:
+    subscriptions) and counts as ``Deliveries`` does, steered through ``conn``; ``compress``:
     it offers compression."""
     asyncio.run(_subscribe_and_serve(conn, url, name, share, compress))
 
@@ -276,7 +276,7 @@ def _subscriber(
 async def _subscribe_and_serve(
     conn: Connection, url: str, name: str, share: list[bytes], compress: bool
 ) -> None:
-    counter = _Counter()
+    counter = Deliveries()
     subs = [decode(data) for data in share]
     filters = [sub.filter for sub in subs if isinstance(sub, Subscription)]
     if len(filters) != len(subs):
@@ -320,7 +320,7 @@ async def _bench(
             Client(urls[0], "bench-pub", on_error=refused.append, transport=dialler)
         )
         counters: list[Counter] = []
-        duplicates: list[_Counter] = []
+        duplicates: list[Deliveries] = []
         for i, (url, share) in enumerate(zip(urls, shares, strict=True)):
             if apart:
                 encoded = [encode(sub) for sub in share]
@@ -331,7 +331,7 @@ async def _bench(
             client = await stack.enter_async_context(
                 Client(url, f"bench-sub{i}", timeout=60, compress=compress)
             )
-            counter = _Counter()
+            counter = Deliveries()
             counters.append(counter)
             duplicates.append(counter)
             await client.subscribe_many([sub.filter for sub in share], counter, id="s")

@@ -136,13 +136,23 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     data_and_json(n)
     n.set_defaults(run=run_network)
-    h = benches.add_parser("hop", help="one broker core of the chain: CPU per publication")
+    h = benches.add_parser(
+        "hop", help="one broker core of the chain (or a subscriber client): CPU per publication"
+    )
     h.add_argument("--subs", type=int, default=10_000)
     h.add_argument("--pubs", type=int, default=20_000, help="publications a repetition")
     h.add_argument("--repeat", type=int, default=7, help="repetitions (best and median shown)")
     h.add_argument("--broker", choices=("B1", "B2", "B3"), default="B2", help="the core measured")
     h.add_argument(
         "--plain", action="store_true", help="one subscription per filter instead of groups"
+    )
+    h.add_argument(
+        "--client",
+        action="store_true",
+        help="B2's subscriber client instead: CPU per delivery, its frames sent over a WebSocket",
+    )
+    h.add_argument(
+        "--frame", type=int, default=150, help="notifications a frame to the client (--client)"
     )
     data_and_json(h)
     h.set_defaults(run=run_hop)
@@ -268,8 +278,12 @@ def run_overlay(args: argparse.Namespace) -> int:
 
 
 def run_hop(args: argparse.Namespace) -> int:
-    from padres.bench import hop
+    from padres.bench import hop, subscriber
 
+    if args.client:
+        found = subscriber.run(args.subs, args.pubs, args.repeat, args.frame, args.data)
+        show(args, found, subscriber.report)
+        return 0
     result = hop.run(args.subs, args.pubs, args.repeat, args.broker, args.plain, args.data)
     show(args, result, hop.report)
     return 0
