@@ -1,8 +1,9 @@
-"""``padres bench hop --client`` counts what the reference matcher says it gets."""
+"""``padres bench hop --client`` and the chain's subscribers apart count what the reference
+matcher says they get."""
 
 from __future__ import annotations
 
-from padres.bench import subscriber
+from padres.bench import network, subscriber
 from padres.bench.workloads import stock_publications, stock_subscriptions
 from padres.language.datasets import SAMPLE
 from padres.matching.matcher import matches
@@ -22,3 +23,15 @@ def test_the_client_bench_delivers_each_matching_quote_once_a_repetition() -> No
     assert result["deliveries"] == expected > 0
     assert result["frames"] == -(-expected // 40)
     assert 0 < result["best_us"] <= result["median_us"]
+
+
+def test_subscribers_apart_count_exactly_the_expected_deliveries() -> None:
+    quotes = stock_publications(SAMPLE)
+    subs = list(stock_subscriptions(300, quotes, seed=1))
+    # measure() raises unless exactly the expected deliveries arrive, each counted once
+    result = network.run(300, 1_000, rate=1_000, seconds=0.5, data=SAMPLE, apart=True)
+    assert result["throughput_deliveries"] == sum(
+        _matching(subs[i::3], quotes[:1_000]) for i in range(3)
+    )
+    assert result["latency_samples"] > 0
+    assert set(result["cpu_us_per_delivery"]) == {"servers", "subscribers", "publisher"}

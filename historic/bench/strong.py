@@ -18,13 +18,12 @@ import asyncio
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from multiprocessing.connection import Connection
 
 import msgspec
 import nats
 from nats.aio.msg import Msg
 
-from padres.bench.apart import serve
+from padres.bench.apart import Link, serve
 from padres.matching.rete_matcher import to_conjunction
 from padres.model.codec import decode
 from padres.model.messages import Subscription
@@ -74,12 +73,12 @@ class _Tally:
         self.latencies = []
 
 
-def subscriber(conn: Connection, url: str, name: str, share: list[bytes], framed: bool) -> None:
+def subscriber(link: Link, url: str, name: str, share: list[bytes], framed: bool) -> None:
     """The process's main: ``share`` are the client's subscriptions, encoded."""
-    asyncio.run(_serve(conn, url, name, share, framed))
+    asyncio.run(_serve(link, url, name, share, framed))
 
 
-async def _serve(conn: Connection, url: str, name: str, share: list[bytes], framed: bool) -> None:
+async def _serve(link: Link, url: str, name: str, share: list[bytes], framed: bool) -> None:
     subs = []
     for data in share:
         sub = decode(data)
@@ -118,6 +117,7 @@ async def _serve(conn: Connection, url: str, name: str, share: list[bytes], fram
                     sent = quote.attributes.get("sent")
                     if isinstance(sent, float):
                         tally.latencies.append(now - sent)
+            link.count[0] = tally.count  # read by the benchmark process as it changes
 
     nc = await nats.connect(url, name=name)
     matching = asyncio.get_running_loop().create_task(match())
@@ -127,7 +127,7 @@ async def _serve(conn: Connection, url: str, name: str, share: list[bytes], fram
                 subject, cb=on_message, pending_msgs_limit=-1, pending_bytes_limit=-1
             )
         await nc.flush()
-        serving = asyncio.get_running_loop().create_task(serve(conn, tally))
+        serving = asyncio.get_running_loop().create_task(serve(link, tally))
         done, _ = await asyncio.wait([serving, matching], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()  # the matcher ends only by failing: its error ends the process

@@ -37,16 +37,15 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableSequence, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
 from msgspec.structs import replace
 
 from padres.bench import machine
-from padres.bench.apart import Apart, serve
+from padres.bench.apart import Apart, Link, serve
 from padres.bench.usage import Meter, get_json, per_delivery, processes, received
 from padres.bench.workloads import STOCK_ADVERTISEMENT, stock_publications, stock_subscriptions
 from padres.client.connection import Client, Delivery
@@ -80,9 +79,12 @@ class Deliveries:
     once per publication (as a NATS subscriber matching its own share counts each quote
     once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown: MutableSequence[int] | None = None) -> None:
+        """``shown``: where the count is written as it changes, for another process
+        (``apart.Link.count``)."""
         self.reset()
         self.duplicates = 0
+        self._shown = shown
 
     def reset(self) -> None:
         self.count = 0
@@ -97,6 +99,8 @@ class Deliveries:
                 return
             self._seen.add(pid)
             self.count += 1
+            if self._shown is not None:
+                self._shown[0] = self.count
             sent = delivery.publication.attributes.get("sent")
             if isinstance(sent, float):
                 self.latencies.append(time.time() - sent)
@@ -265,18 +269,18 @@ class Counted:
 
 
 def _subscriber(
-    conn: Connection, url: str, name: str, share: list[bytes], compress: bool = False
+    link: Link, url: str, name: str, share: list[bytes], compress: bool = False
 ) -> None:
     """A subscriber client in a process of its own: subscribes ``share`` (encoded
-    subscriptions) and counts as ``Deliveries`` does, steered through ``conn``; ``compress``:
+    subscriptions) and counts as ``Deliveries`` does, steered through ``link``; ``compress``:
     it offers compression."""
-    asyncio.run(_subscribe_and_serve(conn, url, name, share, compress))
+    asyncio.run(_subscribe_and_serve(link, url, name, share, compress))
 
 
 async def _subscribe_and_serve(
-    conn: Connection, url: str, name: str, share: list[bytes], compress: bool
+    link: Link, url: str, name: str, share: list[bytes], compress: bool
 ) -> None:
-    counter = Deliveries()
+    counter = Deliveries(link.count)
     subs = [decode(data) for data in share]
     filters = [sub.filter for sub in subs if isinstance(sub, Subscription)]
     if len(filters) != len(subs):
@@ -284,7 +288,7 @@ async def _subscribe_and_serve(
     async with Client(url, name, timeout=60, compress=compress) as client:
         await client.subscribe_many(filters, counter, id="s")
         collector.freeze()  # loaded: settled as a broker settles it
-        await serve(conn, counter)
+        await serve(link, counter)
 
 
 def _sent(brokers: Sequence[BrokerProcess], publisher: Counted) -> Callable[[], dict[str, int]]:
