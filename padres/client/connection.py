@@ -330,7 +330,8 @@ class SubscriptionHandle:
                 self._callback(delivery)
             except Exception:
                 log.exception("subscription %s: callback failed", self.id)
-            self._handed_out(delivery)
+            if delivery.seq and self.auto_ack:  # as _handed_out
+                self.ack(delivery.seq)
         else:
             self._queue.put(delivery, size, keep=self._keep)
 
@@ -1282,15 +1283,22 @@ class Client:
 
     async def _read(self, transport: Transport) -> None:
         try:
+            full, reading, subs = self._full, self._reading, self._subs
             async for data in transport.frames():
                 items = decode_frame(data, checked=True)  # from the broker
                 # What each message weighs in a queue: its share of the frame (a frame holds
                 # messages of like sizes, mostly; splitting it exactly would cost a second pass).
                 size = len(data) // len(items) if items else 0
                 for item in items:
-                    if self._full and not self._reading.is_set():  # a durable queue is full
-                        await self._reading.wait()
-                    self._on_message(item, size)
+                    if full and not reading.is_set():  # a durable queue is full
+                        await reading.wait()
+                    if type(item) is Notify:  # most of what comes: handed over here, at once
+                        for sid in item.subscriptions:
+                            handle = subs.get(sid)
+                            if handle is not None:
+                                handle._deliver(item, size)
+                    else:
+                        self._on_message(item, size)
         finally:
             lost = ConnectionLost(f"connection to {self.url} closed")
             for future in self._pending.values():
