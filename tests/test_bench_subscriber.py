@@ -3,8 +3,12 @@ matcher says they get."""
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
 from padres.bench import network, subscriber
 from padres.bench.workloads import stock_publications, stock_subscriptions
+from padres.cli import main
 from padres.language.datasets import SAMPLE
 from padres.matching.matcher import matches
 from padres.model.messages import Publication, Subscription
@@ -35,3 +39,11 @@ def test_subscribers_apart_count_exactly_the_expected_deliveries() -> None:
     )
     assert result["latency_samples"] > 0
     assert set(result["cpu_us_per_delivery"]) == {"servers", "subscribers", "publisher"}
+
+
+def test_the_command_reports_the_client_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "hop", "--client", "--subs", "300", "--pubs", "300", "--repeat", "1"]
+    assert main([*argv, "--frame", "20", "--data", str(SAMPLE), "--json"]) == 0
+    result = orjson.loads(capsys.readouterr().out)
+    assert result["per_frame"] == 20 and result["deliveries"] > 0
+    assert main([*argv, "--plain", "--data", str(SAMPLE)]) == 1  # groups only

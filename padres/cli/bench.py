@@ -281,6 +281,8 @@ def run_hop(args: argparse.Namespace) -> int:
     from padres.bench import hop, subscriber
 
     if args.client:
+        if args.plain or args.broker != "B2":
+            raise CommandError("--client measures B2's subscriber of groups: no --plain, --broker")
         found = subscriber.run(args.subs, args.pubs, args.repeat, args.frame, args.data)
         show(args, found, subscriber.report)
         return 0
