@@ -320,3 +320,21 @@ async def test_closing_acknowledges_what_was_processed_so_nothing_comes_twice(
         await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
         assert await _durable_round(url, shop, 0) == list(range(50))
         assert await _durable_round(url, shop, 50) == list(range(50, 100))
+
+
+async def test_a_client_that_closes_and_comes_straight_back_is_let_in_under_its_name(
+    brokers: dict[str, BrokerProcess],
+) -> None:
+    """Its old connection's end may not have been handled when the new hello comes: the
+    broker waits for it, briefly, rather than refusing the name. A second client of a name
+    still connected is refused, after that wait."""
+    url = _start(brokers, "B")
+    for _ in range(20):
+        async with Client(url, "manager") as manager:
+            await manager.subscribe("[class,eq,'T']", durable="orders")
+    async with Client(url, "manager"):
+        started = time.monotonic()
+        with pytest.raises(PadresError, match="a client named 'manager' is already connected"):
+            async with Client(url, "manager"):
+                pass
+        assert time.monotonic() - started >= 1.0

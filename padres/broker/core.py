@@ -310,6 +310,10 @@ class Broker:
         """Whether the connection ``hop`` has been accepted (its ``hello`` taken)."""
         return hop in self._sessions or hop in self._peers
 
+    def connected(self, client: str) -> bool:
+        """Whether a client named ``client`` (as its ``hello`` says) is connected here."""
+        return f"{client}@{self.id}" in self._names
+
     def replays(self, hop: str) -> bool:
         """Whether the client on ``hop`` has offered to replay what it stores (a database or
         an archive node)."""

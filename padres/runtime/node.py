@@ -76,6 +76,7 @@ from padres.model.protocol import (
     Rejected,
     ReplayBatch,
     ReplayEnd,
+    Role,
     RoutePublish,
     decode_frame,
     websocket_url,
@@ -105,6 +106,8 @@ LINK_FRAMES: Final = 4
 """Frames a dialled link buffers before it stops reading from the socket."""
 SLICE: Final = 0.02
 """Seconds of core time a frame takes before the node serves other connections."""
+NAMESAKE: Final = 1.0
+"""Seconds a client's hello waits for a connection of a client of the same name to end."""
 EXTENSIONS: Final = "padres.node"
 """Entry-point group of the packages that extend every broker node (the web API registers
 ``web:install`` there): each is called with the node before it serves."""
@@ -1064,16 +1067,29 @@ class BrokerNode:
 
     async def _authenticate(self, hop: str, data: bytes | str) -> None:
         """Before a frame of a connection not yet accepted goes to the core: its ``hello``'s
-        password checked off the event loop (``verify``)."""
-        if self.broker.guard is None or self.broker.greeted(hop):
+        password checked off the event loop (``verify``); a client's name, if a connection
+        of a client of that name is still here, let go of first (``_namesake_gone``)."""
+        if self.broker.greeted(hop):
             return
         try:
             items = decode_frame(data)
         except DecodeError:
             return
         hello = next((item for item in items if isinstance(item, Hello)), None)
-        if hello is not None:  # a frame with more is refused (``_decode``)
+        if hello is None:  # a frame with more is refused (``_decode``)
+            return
+        if self.broker.guard is not None:
             await self.verify(hello)
+        if hello.role is Role.CLIENT:
+            await self._namesake_gone(hello.name)
+
+    async def _namesake_gone(self, name: str) -> None:
+        """Wait up to ``NAMESAKE`` seconds while a client named ``name`` is connected: one
+        that closed and comes straight back may greet before the end of its old connection
+        has been handled here. A name still taken after that is refused (the core says so)."""
+        deadline = time.monotonic() + NAMESAKE
+        while self.broker.connected(name) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     async def verify(self, hello: Hello) -> None:
         """Check the password of ``hello`` on a worker thread, so that the core, which checks
