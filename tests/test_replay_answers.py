@@ -53,11 +53,17 @@ async def _past(analyst: Client) -> list[Delivery | ReplayDone]:
     return got
 
 
+async def _offering(db: Client) -> asyncio.Queue[ReplayRequest]:
+    """``db`` offers to replay class T: the requests it gets."""
+    requests: asyncio.Queue[ReplayRequest] = asyncio.Queue()
+    db.on_replay = requests.put_nowait
+    await db.offer_replay("[class,eq,'T']")
+    return requests
+
+
 async def test_a_databases_answers_reach_the_requester_once_in_order(url: str) -> None:
     async with Client(url, "db") as db:
-        requests: asyncio.Queue[ReplayRequest] = asyncio.Queue()
-        db.on_replay = requests.put_nowait
-        await db.offer_replay("[class,eq,'T']")
+        requests = await _offering(db)
         async with Client(url, "analyst") as analyst:
             past = asyncio.ensure_future(_past(analyst))
             request = await asyncio.wait_for(requests.get(), 5)
@@ -76,9 +82,7 @@ async def test_a_frame_of_answers_and_more_from_a_database_is_checked_whole(url:
     errors: list[Error] = []
     async with Client(url, "db") as db:
         db.on_error = errors.append
-        requests: asyncio.Queue[ReplayRequest] = asyncio.Queue()
-        db.on_replay = requests.put_nowait
-        await db.offer_replay("[class,eq,'T']")
+        requests = await _offering(db)
         await db.advertise("[class,eq,'T']")
         async with Client(url, "analyst") as analyst:
             past = asyncio.ensure_future(_past(analyst))
@@ -99,9 +103,7 @@ async def test_answers_from_a_client_without_a_replay_offer_are_checked(url: str
     errors: list[Error] = []
     async with Client(url, "db") as db, Client(url, "mallory") as mallory:
         mallory.on_error = errors.append
-        requests: asyncio.Queue[ReplayRequest] = asyncio.Queue()
-        db.on_replay = requests.put_nowait
-        await db.offer_replay("[class,eq,'T']")
+        requests = await _offering(db)
         async with Client(url, "analyst") as analyst:
             past = asyncio.ensure_future(_past(analyst))
             request = await asyncio.wait_for(requests.get(), 5)
