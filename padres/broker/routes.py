@@ -455,7 +455,7 @@ class Routes:
         source: str,
         *,
         composites: bool = True,
-        known: Iterable[str] | None = None,
+        known: Sequence[str] | None = None,
         exact: bool = False,
     ) -> Matches:
         """Where ``pub`` goes: the subscriptions made here it matches, by sink, the neighbours
@@ -517,18 +517,14 @@ class Routes:
                 durables.append(route)
             elif sink is history:
                 watches.append(sid)
-            arrivals = route.arrivals
-            if tree is None or not arrivals:
+            arrivals = route.arrivals  # from neighbours: where it goes down ``tree``
+            if tree is None or not arrivals or (found is None and arrivals.keys() <= hops):
                 continue
-            if found is not None:
-                for hop, trees in arrivals.items():
-                    if tree in trees:
-                        hops.add(hop)
+            for hop, trees in arrivals.items():
+                if tree in trees:
+                    hops.add(hop)
+                    if found is not None:
                         found.setdefault(hop, []).append(sid)
-            elif not arrivals.keys() <= hops:  # from a neighbour
-                for hop, trees in arrivals.items():
-                    if tree in trees:
-                        hops.add(hop)
         hops.discard(source)
         ranked = self._ranked
         for owner in crowded:  # in priority order, ties in the order they were made
@@ -542,17 +538,16 @@ class Routes:
             self.unwanted += not any(
                 route.sink is not None for sid in matched if (route := routes.get(sid))
             )
-        durable_ids = [r.id for r in durables]
-        return Matches(clients, durable_ids, watches, hops, activations, found)
+        return Matches(clients, [r.id for r in durables], watches, hops, activations, found)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _uncovered(self, pub: Publication, slot: Slot, known: Iterable[str]) -> list[str]:
+    def _uncovered(self, pub: Publication, slot: Slot, known: Sequence[str]) -> list[str]:
         """``known``, and the routes hidden at ``slot`` behind them that ``pub`` matches (a
         hidden route is matched only where the one covering it is)."""
         matched = list(known)
         tried = self._tried
-        for sid in matched[:]:
+        for sid in known:
             behind = tried.get((sid, slot))
             if behind is None:
                 behind = tried[sid, slot] = self._behind(sid, slot)
