@@ -615,10 +615,11 @@ class Broker:
         started to follow (after ``outs``); routing messages get their echo tokens."""
         if sync:
             outs = outs + self.durables.sync()
-        if _MARKED.isdisjoint({type(message) for _, message in outs}):
-            return outs
-        self._ended(outs)
-        return self._tagged(outs)
+        for _, message in outs:
+            if type(message) in _MARKED:
+                self._ended(outs)
+                return self._tagged(outs)
+        return outs
 
     def _tagged(self, outs: list[Out]) -> list[Out]:
         """Give every routing message to a neighbour its echo token (see

@@ -58,7 +58,14 @@ from padres.broker.durable import Durables
 from padres.broker.echoes import Echoes
 from padres.broker.routes import Out, Routes
 from padres.broker.trees import SEEN, Offer, Seen, Tree, Trees
-from padres.model.protocol import RouteAdvertise, RouteDrain, RoutePath, RouteVersion
+from padres.model.protocol import (
+    RouteAdvertise,
+    RouteDrain,
+    RoutePath,
+    RoutePublish,
+    RouteTxPublish,
+    RouteVersion,
+)
 
 __all__ = ["CEILING", "LinkState", "Paths", "Switching"]
 
@@ -234,20 +241,24 @@ class Paths:
     # -- publications ------------------------------------------------------------------------
 
     def accepts(
-        self, tree: Tree, hop: str, key: tuple[str, ...], now: float, *, positioned: bool = False
+        self, tree: Tree, hop: str, message: RoutePublish | RouteTxPublish, now: float
     ) -> bool:
-        """Whether a publication (told apart by ``key``) coming down ``tree`` from ``hop`` is
-        taken: from the tree's parent, or a former one not yet drained; the second copy of one
-        is dropped while the tree moves, and for ``RECENT_FOR`` seconds on a tree that has
-        other ways (a copy taken before a move may be on its way along the new one). One with
-        a position in the root's journal (guaranteed) is taken from the parent only: the
-        durable subscriptions here and below ask the root for what the move made them miss,
-        and the answer comes along the parent's way, ahead of what follows it there."""
-        if hop != tree.parent and (positioned or hop not in tree.draining):
+        """Whether a publication coming down ``tree`` from ``hop`` is taken: from the tree's
+        parent, or a former one not yet drained; the second copy of one is dropped while the
+        tree moves, and for ``RECENT_FOR`` seconds on a tree that has other ways (a copy taken
+        before a move may be on its way along the new one). One with a position in the root's
+        journal (guaranteed) is taken from the parent only: the durable subscriptions here and
+        below ask the root for what the move made them miss, and the answer comes along the
+        parent's way, ahead of what follows it there."""
+        if hop != tree.parent and (message.position > 0 or hop not in tree.draining):
             return False
         moving = bool(tree.draining) or now < tree.until
         if not moving and len(tree.offers) < 2:
             return True  # no other way: no second copy
+        pub = message.publication
+        key: tuple[str, ...] = (pub.publisher, pub.id)
+        if isinstance(message, RouteTxPublish):  # each outcome of it is a publication of its own
+            key += (message.outcome.value,)
         fresh = self._recent.first(key, now)
         if moving:
             fresh = self._moving.first(key, now) and fresh

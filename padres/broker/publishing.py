@@ -27,7 +27,7 @@ from padres.broker.routes import Out, Routes
 from padres.broker.session import Session, stamped
 from padres.broker.subscribing import LocalComposite
 from padres.broker.timeline import AHEAD
-from padres.broker.trees import Trees
+from padres.broker.trees import Tree, Trees
 from padres.broker.visibility import deliveries
 from padres.broker.votes import Votes
 from padres.matching.matcher import conforms_to
@@ -136,19 +136,15 @@ class Publishing:
         """A publication sent down its tree by the neighbour on ``hop``: from its parent, or
         from a former one while the tree moves (``paths``), once."""
         tree = self.trees.get(message.tree)
-        if tree is None:
-            return []
+        if tree is None or not self.paths.accepts(tree, hop, message, now):
+            return []  # along a route left over from an earlier path of the tree, or again
         pub = message.publication
         if isinstance(message, RouteTxPublish):
-            tag: Tag | None = (message.tx, message.outcome)
-            key: tuple[str, ...] = (pub.publisher, pub.id, message.outcome.value)
-        else:
-            tag, key = None, (pub.publisher, pub.id)
-        if not self.paths.accepts(tree, hop, key, now, positioned=message.position > 0):
-            return []  # along a route left over from an earlier path of the tree, or again
-        if not isinstance(message, RoutePublish) or message.matched is None:
+            tag = (message.tx, message.outcome)
             return self.deliver(pub, tree.id, hop, message.position, tag)
-        known = message.matched if self.trusts(message, hop) else None
+        if message.matched is None:
+            return self.deliver(pub, tree.id, hop, message.position)
+        known = message.matched if self._trusts(hop, tree) else None
         return self.deliver(pub, tree.id, hop, message.position, known=known, exact=True)
 
     def trusts(self, message: RoutePublish, hop: str) -> bool:
@@ -156,11 +152,11 @@ class Publishing:
         are all those forwarded to ``hop`` that it matches: ``hop`` has taken in every
         routing message sent to it (each has echoed), and knew all it could match here
         (``Routes.knows``)."""
-        return (
-            message.matched is not None
-            and not self.echoes.awaited(hop)
-            and self.routes.knows(hop, message.tree)
-        )
+        tree = self.trees.get(message.tree)
+        return message.matched is not None and tree is not None and self._trusts(hop, tree)
+
+    def _trusts(self, hop: str, tree: Tree) -> bool:
+        return not self.echoes.awaited(hop) and self.routes.knows(hop, tree)
 
     def deliver(
         self,
@@ -212,7 +208,9 @@ class Publishing:
             else:
                 self.votes.ended(tag[0])
             out += delivered
-        return out + self._notify(matches.activations)
+        if matches.activations:
+            out += self._notify(matches.activations)
+        return out
 
     def windows_closed(self, now: float) -> list[Out]:
         """The composites matched in timestamp order take the broker's clock, ``GRACE``

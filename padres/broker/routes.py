@@ -45,7 +45,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 from padres.broker.groups import Groups
 from padres.broker.merging import Mergers, Merging, Slot
-from padres.broker.trees import Trees
+from padres.broker.trees import Tree, Trees
 from padres.matching.matcher import Checks, checks, passes
 from padres.matching.relations import EqKey, covering, covers, eq_key, overlaps
 from padres.matching.rete_matcher import to_conjunction
@@ -181,9 +181,9 @@ class Routes:
         """The ids of the members the routing network does not hold (hidden in their group)."""
         self.trusted = 0
         """Publications from neighbours routed by the neighbour's match (``known``)."""
-        self._tried: dict[tuple[str, Slot], tuple[tuple[str, Checks], ...]] = {}
-        """What ``_uncovered`` tries behind a route at a slot (``_behind``), until the routing
-        changes."""
+        self._tried: dict[Slot, dict[str, tuple[tuple[str, Checks], ...]]] = {}
+        """Per slot, what ``_uncovered`` tries behind each route there (``_behind``), until
+        the routing changes."""
         self._on_tree: dict[str, set[str]] = {}
         self._sent_at: dict[Slot, dict[EqKey, dict[Filter, dict[str, None]]]] = {}
         """slot -> equality key -> filter -> ids of the subscriptions forwarded there."""
@@ -433,19 +433,15 @@ class Routes:
         ``match`` one by one (see ``rete.Network.prefetch``)."""
         self.network.prefetch(pubs)
 
-    def knows(self, hop: str, tree_id: str) -> bool:
-        """Whether neighbour ``hop``, matching a publication that comes down tree ``tree_id``
-        from it, knew every subscription here that it could match, but for those hidden
-        behind covering ones there: ``hop`` is the tree's parent here (not a former one, while
-        the tree moves), nothing merges what is forwarded, and no composite subscription
-        needs to see every publication. (Whether ``hop`` has taken in all that was forwarded
-        to it is the echoes' to say.)"""
-        tree = self.trees.get(tree_id)
+    def knows(self, hop: str, tree: Tree) -> bool:
+        """Whether neighbour ``hop``, matching a publication that comes down ``tree`` from it,
+        knew every subscription here that it could match, but for those hidden behind covering
+        ones there: ``hop`` is the tree's parent here (not a former one, while the tree
+        moves), nothing merges what is forwarded, and no composite subscription needs to see
+        every publication. (Whether ``hop`` has taken in all that was forwarded to it is the
+        echoes' to say.)"""
         return (
-            tree is not None
-            and tree.parent == hop
-            and not self.mergers.settings.enabled
-            and not self.network.composites
+            tree.parent == hop and not self.mergers.settings.enabled and not self.network.composites
         )
 
     def match(
@@ -471,6 +467,7 @@ class Routes:
         since). ``exact``: ``Matches.found`` says, per neighbour, which of its subscriptions
         ``pub`` matches (``pub`` conforms to ``tree``'s advertisement: those are all it may
         match there)."""
+        matched: Sequence[str]
         if known is None:
             result = self.network.match(pub) if composites else self.network.peek(pub)
             matched, activations = result.conditions, result.activations
@@ -489,7 +486,7 @@ class Routes:
         conditions: Iterable[str] = matched
         in_group = self._members.group_of
         if in_group:  # each group once, in place of its members
-            conditions = dict.fromkeys([in_group.get(sid, sid) for sid in matched])
+            conditions = dict.fromkeys(map(in_group.get, matched, matched))
         elif known is not None:
             conditions = dict.fromkeys(matched)  # a hidden route may be among the known
         groups = self._groups
@@ -542,19 +539,24 @@ class Routes:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _uncovered(self, pub: Publication, slot: Slot, known: Sequence[str]) -> list[str]:
+    def _uncovered(self, pub: Publication, slot: Slot, known: Sequence[str]) -> Sequence[str]:
         """``known``, and the routes hidden at ``slot`` behind them that ``pub`` matches (a
-        hidden route is matched only where the one covering it is)."""
-        matched = list(known)
-        tried = self._tried
+        hidden route is matched only where the one covering it is); ``known`` itself when
+        none is."""
+        tried = self._tried.get(slot)
+        if tried is None:
+            tried = self._tried[slot] = {}
+        matched: list[str] | None = None
         for sid in known:
-            behind = tried.get((sid, slot))
+            behind = tried.get(sid)
             if behind is None:
-                behind = tried[sid, slot] = self._behind(sid, slot)
+                behind = tried[sid] = self._behind(sid, slot)
             for hidden, tests in behind:
                 if passes(tests, pub):
+                    if matched is None:
+                        matched = list(known)
                     matched.append(hidden)
-        return matched
+        return known if matched is None else matched
 
     def _behind(self, sid: str, slot: Slot) -> tuple[tuple[str, Checks], ...]:
         """The routes hidden at ``slot`` behind route ``sid`` that may need trying, with the
