@@ -84,15 +84,16 @@ class Pump:
         """Hand the core ``items[first:]`` from ``hop``, each at the time ``clock`` then
         gives, until ``budget`` seconds have passed (one message at least)."""
         broker = self.broker
+        handle, screen, perf_counter = broker.handle, self.screen, time.perf_counter
         outs: list[Out] = []
         answer = self.dispatch if self.eager else outs.extend
         handled: list[Handled] = []
         left = len(items)
         if broker.greeted(hop):  # nothing is matched for a connection not yet accepted
             broker.prefetch(items[first : first + PREFETCH], hop)
-        until = time.perf_counter() + budget
+        until = perf_counter() + budget
         for index in range(first, len(items)):
-            started = time.perf_counter()
+            started = perf_counter()
             if index > first and started > until:
                 left = index
                 break
@@ -101,14 +102,14 @@ class Pump:
                 self.rejected += 1
                 answer([(hop, Error(f"message refused: {item.error}", item.ref))])
                 continue
-            refusal = None if self.screen is None else self.screen(hop, item)
+            refusal = None if screen is None else screen(hop, item)
             if refusal is not None:
                 self.rejected += 1
                 answer([(hop, refusal)])
                 continue
             self.received += 1
             try:
-                answered = broker.handle(item, hop, clock())
+                answered = handle(item, hop, clock())
             except Exception as exc:  # a bug must cost one message, not the broker
                 if not self.contain:
                     raise
@@ -122,7 +123,7 @@ class Pump:
                     left = len(items)  # refused: the connection closes, the rest unread
                     break
             elif not (answered and answered[0][0] == hop and type(answered[0][1]) is Error):
-                handled.append((item, answered, time.perf_counter() - started))
+                handled.append((item, answered, perf_counter() - started))
         broker.prefetch(())  # what was not handled is matched again when it is
         return left, outs, handled
 
