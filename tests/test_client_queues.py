@@ -12,14 +12,18 @@ import asyncio
 import logging
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 
 import pytest
 
 from padres import SlowConsumer
 from padres.client.connection import Client, Delivery, SubscriptionHandle
 from padres.client.pending import MAX_PENDING, MAX_PENDING_BYTES, Pending, PendingStatistics
+from padres.client.resume import Seen
 from padres.errors import PadresError
+from padres.model.codec import encode_frame
+from padres.model.messages import Publication
 from padres.model.protocol import DURABLE_WINDOW_BYTES, Notify
 from padres.testing.processes import BrokerProcess
 
@@ -108,6 +112,75 @@ def test_limits_must_be_positive() -> None:
         Client("ws://127.0.0.1:1", max_pending=0)
     with pytest.raises(ValueError, match="at least 1"):
         Pending("s", 10, 0)
+
+
+class _Frames:
+    """A transport that hands the client ``frames`` as from its broker, then ends."""
+
+    url = "test"
+    reason = ""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self._frames = frames
+
+    async def send(self, frame: bytes) -> None:
+        pass
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        for frame in self._frames:
+            yield frame
+
+    async def close(self) -> None:
+        pass
+
+
+def _notify(pid: str, *subscriptions: str, seq: int = 0) -> Notify:
+    publication = Publication(id=pid, attributes={"class": "T"}, timestamp=datetime.now(UTC))
+    return Notify(publication, subscriptions, seq=seq)
+
+
+async def test_plain_deliveries_reach_the_callback_counted_and_a_failing_one_stops_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = Client("ws://127.0.0.1:1", "c")
+    got: list[str] = []
+
+    def callback(delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        got.append(delivery.publication.id)
+        if delivery.publication.id == "p1":
+            raise RuntimeError("boom")
+
+    handle = SubscriptionHandle(client, "s", callback)
+    queued = SubscriptionHandle(client, "q", None)  # read with get(): its queue holds them
+    client._subs.update(s=handle, q=queued)
+    frame = encode_frame([_notify("p1", "s", "q"), _notify("p2", "s"), _notify("p3", "x")])
+    with caplog.at_level(logging.ERROR):
+        await client._read(_Frames([frame]))
+    assert got == ["p1", "p2"]
+    assert handle.statistics().delivered == 2
+    assert [r.getMessage() for r in caplog.records] == ["subscription s: callback failed"]
+    first = await queued.get(timeout=1)
+    assert isinstance(first, Notify) and first.publication.id == "p1"
+
+
+async def test_deliveries_sent_again_reach_neither_a_durable_nor_a_windowed_callback() -> None:
+    client = Client("ws://127.0.0.1:1", "c")
+    got: list[tuple[str, int]] = []
+
+    def callback(delivery: Delivery) -> None:
+        assert isinstance(delivery, Notify)
+        got.append((delivery.publication.id, delivery.seq))
+
+    handle = SubscriptionHandle(client, "s", callback)
+    client._subs["s"] = handle
+    frames = [encode_frame([_notify("p1", "s", seq=1), _notify("p1", "s", seq=1)])]
+    await client._read(_Frames(frames))
+    assert got == [("p1", 1)]  # the second is the same delivery sent again: dropped
+    assert handle.received == 1
+    handle.seen = Seen()  # as a subscription whose window reaches into the past
+    await client._read(_Frames([encode_frame([_notify("p2", "s"), _notify("p2", "s")])]))
+    assert got == [("p1", 1), ("p2", 0)]  # received already: not handed out twice
 
 
 # -- through real brokers -------------------------------------------------------------------------

@@ -259,6 +259,10 @@ class SubscriptionHandle:
                 flow=flow,
                 sequencer=sequencer,
             )
+        self._direct = callback if self.handler is None else None
+        """The callback the read loop hands a plain delivery straight to (not numbered, and
+        ``seen`` None), if nothing comes between (no handler with retries); any other delivery
+        goes through ``_deliver``."""
 
     def ack(self, seq: int) -> None:
         """Deliveries up to ``seq`` are processed: the broker may forget them (sent shortly)."""
@@ -1295,8 +1299,17 @@ class Client:
                     if type(item) is Notify:  # most of what comes: handed over here, at once
                         for sid in item.subscriptions:
                             handle = subs.get(sid)
-                            if handle is not None:
+                            if handle is None:
+                                continue
+                            direct = handle._direct
+                            if direct is None or item.seq or handle.seen is not None:
                                 handle._deliver(item, size)
+                                continue
+                            handle._queue.delivered += 1  # as _deliver does, without its tests
+                            try:
+                                direct(item)
+                            except Exception:
+                                log.exception("subscription %s: callback failed", sid)
                     else:
                         self._on_message(item, size)
         finally:
