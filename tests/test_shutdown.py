@@ -31,8 +31,8 @@ async def test_a_broker_told_to_stop_loses_nothing_it_accepted_and_exits_0() -> 
     """A chain A-B-C; the shop at B (listing A as well) publishes 20 every millisecond or so,
     subscribers at A and C. B gets SIGTERM: it asks the shop to go, handles what the shop
     sent until it closed its side, sends all of it on to A and C, and exits 0. The shop goes
-    on at A: A gets every publication once, in order, and C every one the shop sent through
-    B (without the drain, what the shop had sent last was lost)."""
+    on at A: A gets every publication once (in order along each way), and C every one the
+    shop sent through B (without the drain, what the shop had sent last was lost)."""
     a = BrokerProcess("A")
     url_a = a.start()
     b = BrokerProcess("B", neighbours=[url_a])
@@ -52,6 +52,7 @@ async def test_a_broker_told_to_stop_loses_nothing_it_accepted_and_exits_0() -> 
             await shop.advertise("[class,eq,'T'],[n,isPresent,0]")
             total, batch, n = 20_000, 20, 0
             via_b: set[int] = set()
+            unsure: set[int] = set()  # sent as B went: they may have reached it all the same
             stopping: asyncio.Task[int] | None = None
             while n < total:
                 if n == 4_000:
@@ -64,6 +65,7 @@ async def test_a_broker_told_to_stop_loses_nothing_it_accepted_and_exits_0() -> 
                 try:
                     await shop.publish_many(pubs)
                 except ConnectionLost:
+                    unsure.update(range(n, n + batch))
                     await asyncio.sleep(0.05)  # moving: these again
                     continue
                 if broker == "B":
@@ -75,9 +77,17 @@ async def test_a_broker_told_to_stop_loses_nothing_it_accepted_and_exits_0() -> 
             assert shop.broker == "A"
             await eventually(lambda: len(at_a.got) >= total, 30)
             await asyncio.sleep(0.5)  # anything sent twice would have come by now
-        assert at_a.got == list(range(total))
+        assert sorted(at_a.got) == list(range(total))
+        # In order along each way: plain publications have no order across a move
+        # (docs/guarantees.md), and what B still had may reach A after what the shop sent there.
+        direct = set(range(total)) - via_b - unsure
+        assert [n for n in at_a.got if n in via_b] == sorted(via_b)
+        assert [n for n in at_a.got if n in direct] == sorted(direct)
         assert 4_000 <= len(via_b) < total
-        assert at_c.got == sorted(via_b)  # all the shop sent through B, once, in order
+        # All the shop sent through B reaches C, once, in order; what it sent at A while B was
+        # still draining may reach C too, through B.
+        assert len(at_c.got) == len(set(at_c.got)) and via_b <= set(at_c.got)
+        assert [n for n in at_c.got if n in via_b] == sorted(via_b)
     finally:
         for proc in (c, b, a):
             proc.stop()
