@@ -158,8 +158,8 @@ async def _rounds(
         ratios = [j / p for p, j in zip(mine.seconds, theirs.seconds, strict=True)]
         out["ratio"] = statistics.median(ratios)
         out["ratios"] = ratios
-        # /proc counts in ticks (10 ms): a small query may cost padres none that it can see
-        out["cpu_ratio"] = sum(theirs.cpu) / sum(mine.cpu) if sum(mine.cpu) else None
+        spent = sum(mine.cpu)  # /proc counts in ticks (10 ms): a small query may show none
+        out["cpu_ratio"] = sum(theirs.cpu) / spent if spent else None
     return out
 
 
